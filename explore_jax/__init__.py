@@ -1,0 +1,1 @@
+"""explore_jax: reinforcement learning of exploring LLM agents in JAX."""
