@@ -1,0 +1,268 @@
+"""A pure-functional decoder-only transformer (Llama 2/3, Qwen2/2.5, Qwen3).
+
+Parameters are a plain pytree of arrays, layers stacked on a leading axis and run under `lax.scan`:
+
+  embed [vocab, embed]                    final_norm [embed]        lm_head [embed, vocab] (untied only)
+  layers/attn_norm, mlp_norm [L, embed]
+  layers/q [L, embed, q_heads, head_dim]  layers/k, v [L, embed, kv_heads, head_dim]
+  layers/o [L, q_heads, head_dim, embed]  layers/{q,k,v}_bias (qkv_bias)   layers/{q,k}_norm (qk_norm)
+  layers/gate, up [L, embed, mlp]         layers/down [L, mlp, embed]
+
+`Model.param_axes()` gives the same tree of logical axis names, which the sharding rules map to the mesh.
+
+Attention works in cache *slots*: a query in slot i sees keys in slots j <= i that are valid. Without a
+cache the slots are the T input positions; with one, the T new tokens are written at slots
+[cache.index, cache.index + T). Positions (for RoPE) are given explicitly per token, so left padding,
+right padding and packed rows all work; `attention_mask` marks the real tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from explore_jax.models.config import ModelConfig
+from explore_jax.parallel import sharding
+
+Params = dict[str, Any]
+_NEG = -1e30  # finite, so a query with no visible key (a padding row) gets a uniform softmax, not NaN
+
+
+class KVCache(NamedTuple):
+  """Preallocated keys/values for every layer, the validity of each slot and the next slot to write."""
+  k: jax.Array      # [L, B, S, kv_heads, head_dim]
+  v: jax.Array      # [L, B, S, kv_heads, head_dim]
+  mask: jax.Array   # [B, S] bool: slot holds a real token
+  index: jax.Array  # [] int32: next slot to write
+
+
+class ModelOutput(NamedTuple):
+  logits: jax.Array                 # [B, T, vocab] float32
+  cache: Optional[KVCache] = None   # updated cache, when one was given
+  hidden: Optional[jax.Array] = None  # [B, T, embed] after the final norm, when asked for
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+  shape: tuple[int, ...]
+  axes: tuple[Optional[str], ...]
+  init: str  # "normal", "ones" or "zeros"
+
+
+def _param_specs(c: ModelConfig) -> dict[str, Any]:
+  L, E, F, H, K, D = (c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads,
+                      c.head_dim)
+  layers = {
+      "attn_norm": _Spec((L, E), ("layers", "embed"), "ones"),
+      "q": _Spec((L, E, H, D), ("layers", "embed", "q_heads", "head_dim"), "normal"),
+      "k": _Spec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+      "v": _Spec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+      "o": _Spec((L, H, D, E), ("layers", "q_heads", "head_dim", "embed"), "normal"),
+      "mlp_norm": _Spec((L, E), ("layers", "embed"), "ones"),
+      "gate": _Spec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+      "up": _Spec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+      "down": _Spec((L, F, E), ("layers", "mlp", "embed"), "normal"),
+  }
+  if c.qkv_bias:
+    layers["q_bias"] = _Spec((L, H, D), ("layers", "q_heads", "head_dim"), "zeros")
+    layers["k_bias"] = _Spec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
+    layers["v_bias"] = _Spec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
+  if c.qk_norm:
+    layers["q_norm"] = _Spec((L, D), ("layers", "head_dim"), "ones")
+    layers["k_norm"] = _Spec((L, D), ("layers", "head_dim"), "ones")
+  specs: dict[str, Any] = {
+      "embed": _Spec((c.vocab_size, E), ("vocab", "embed"), "normal"),
+      "layers": layers,
+      "final_norm": _Spec((E,), ("embed",), "ones"),
+  }
+  if not c.tie_embeddings:
+    specs["lm_head"] = _Spec((E, c.vocab_size), ("embed", "vocab"), "normal")
+  return specs
+
+
+def _is_spec(x: Any) -> bool:
+  return isinstance(x, _Spec)
+
+
+def rope_inv_freq(c: ModelConfig) -> jax.Array:
+  """Inverse RoPE frequencies [head_dim/2], with linear or llama3-style scaling (Hugging Face's rules)."""
+  d = c.head_dim
+  inv = 1.0 / (c.rope_theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+  s = c.rope_scaling_dict
+  if c.rope_type == "linear":
+    return inv / s["factor"]
+  if c.rope_type == "llama3":
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = jnp.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return jnp.where(medium, smoothed, scaled)
+  return inv
+
+
+def _rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """Rotary embedding in the half-split layout of Hugging Face checkpoints. x: [B, T, N, D]."""
+  freqs = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
+  emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+  cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  return x * cos + rotated * sin
+
+
+def _rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+  x32 = x.astype(jnp.float32)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return weight.astype(x.dtype) * normed.astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+  """The network as pure functions of a params pytree. Hashable, so it can be a static jit argument.
+
+  `mesh` and `rules` (optional) add logical sharding constraints on activations; parameters get their
+  shardings from `param_axes()` and the same rules wherever they are created or loaded.
+  """
+
+  config: ModelConfig
+  mesh: Optional[Mesh] = None
+  rules: Optional[sharding.Rules] = None
+
+  # ---- parameters -------------------------------------------------------------------------------
+  def param_axes(self) -> Params:
+    """The params tree with each leaf replaced by its tuple of logical axis names."""
+    return jax.tree.map(lambda s: s.axes, _param_specs(self.config), is_leaf=_is_spec)
+
+  def param_shapes(self) -> Params:
+    """The params tree of jax.ShapeDtypeStruct (no memory)."""
+    dt = self.config.jnp_param_dtype
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dt), _param_specs(self.config),
+                        is_leaf=_is_spec)
+
+  def init(self, rng: jax.Array, std: float = 0.02) -> Params:
+    """Random parameters: normal(0, std) matrices, unit norms, zero biases (Hugging Face's defaults)."""
+    specs = _param_specs(self.config)
+    leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+    keys = jax.random.split(rng, len(leaves))
+    dt = self.config.jnp_param_dtype
+
+    def make(spec: _Spec, key: jax.Array) -> jax.Array:
+      if spec.init == "ones":
+        return jnp.ones(spec.shape, dt)
+      if spec.init == "zeros":
+        return jnp.zeros(spec.shape, dt)
+      return (std * jax.random.normal(key, spec.shape, jnp.float32)).astype(dt)
+
+    return jax.tree.unflatten(treedef, [make(s, k) for s, k in zip(leaves, keys)])
+
+  def init_cache(self, batch: int, length: int) -> KVCache:
+    """An empty KV cache of `length` slots in the compute dtype."""
+    c = self.config
+    shape = (c.num_layers, batch, length, c.num_kv_heads, c.head_dim)
+    return KVCache(k=jnp.zeros(shape, c.jnp_dtype), v=jnp.zeros(shape, c.jnp_dtype),
+                   mask=jnp.zeros((batch, length), bool), index=jnp.zeros((), jnp.int32))
+
+  def cache_axes(self) -> KVCache:
+    kv = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
+    return KVCache(k=kv, v=kv, mask=("batch", "cache_length"), index=())
+
+  # ---- forward ----------------------------------------------------------------------------------
+  def _constrain(self, x: jax.Array, axes: tuple[Optional[str], ...]) -> jax.Array:
+    return sharding.constrain(x, axes, self.mesh, self.rules)
+
+  def apply(self, params: Params, tokens: jax.Array, positions: jax.Array,
+            cache: Optional[KVCache] = None, *, attention_mask: Optional[jax.Array] = None,
+            return_hidden: bool = False) -> ModelOutput:
+    """Logits for `tokens` [B, T] at RoPE `positions` [B, T]; writes into and returns `cache` if given.
+
+    attention_mask [B, T] (default all ones) marks real tokens; padding is never attended to.
+    """
+    c = self.config
+    dt = c.jnp_dtype
+    B, T = tokens.shape
+    if attention_mask is None:
+      attention_mask = jnp.ones((B, T), bool)
+    attention_mask = attention_mask.astype(bool)
+
+    if cache is None:
+      start = jnp.zeros((), jnp.int32)
+      key_mask = attention_mask
+    else:
+      start = cache.index
+      key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (0, start))
+    S = key_mask.shape[1]
+    query_slot = start + jnp.arange(T)
+    visible = (jnp.arange(S)[None, :] <= query_slot[:, None])[None] & key_mask[:, None, :]  # [B, T, S]
+
+    x = params["embed"].astype(dt)[tokens]
+    x = self._constrain(x, ("batch", "length", "act_embed"))
+    inv_freq = rope_inv_freq(c)
+
+    def layer(carry, lp):
+      x, ck, cv, i = carry
+      h = _rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
+      q = jnp.einsum("bte,ehd->bthd", h, lp["q"].astype(dt))
+      k = jnp.einsum("bte,ehd->bthd", h, lp["k"].astype(dt))
+      v = jnp.einsum("bte,ehd->bthd", h, lp["v"].astype(dt))
+      if c.qkv_bias:
+        q, k, v = q + lp["q_bias"].astype(dt), k + lp["k_bias"].astype(dt), v + lp["v_bias"].astype(dt)
+      if c.qk_norm:
+        q, k = _rms_norm(q, lp["q_norm"], c.rms_norm_eps), _rms_norm(k, lp["k_norm"], c.rms_norm_eps)
+      q, k = _rope(q, positions, inv_freq), _rope(k, positions, inv_freq)
+      q = self._constrain(q, ("batch", "length", "q_heads", "head_dim"))
+      if ck is not None:
+        ck = jax.lax.dynamic_update_slice(ck, k[None].astype(ck.dtype), (i, 0, start, 0, 0))
+        cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype), (i, 0, start, 0, 0))
+        k, v = ck[i], cv[i]
+      attn = _attention(q, k, v, visible)
+      attn = self._constrain(attn, ("batch", "length", "q_heads", "head_dim"))
+      x = x + jnp.einsum("bthd,hde->bte", attn, lp["o"].astype(dt))
+      x = self._constrain(x, ("batch", "length", "act_embed"))
+
+      h = _rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
+      gate = jnp.einsum("bte,ef->btf", h, lp["gate"].astype(dt))
+      up = jnp.einsum("bte,ef->btf", h, lp["up"].astype(dt))
+      act = self._constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
+      x = x + jnp.einsum("btf,fe->bte", act, lp["down"].astype(dt))
+      x = self._constrain(x, ("batch", "length", "act_embed"))
+      return (x, ck, cv, i + 1), None
+
+    if c.remat:
+      layer = jax.checkpoint(layer, prevent_cse=False)
+    ck, cv = (cache.k, cache.v) if cache is not None else (None, None)
+    (x, ck, cv, _), _ = jax.lax.scan(layer, (x, ck, cv, jnp.zeros((), jnp.int32)), params["layers"])
+
+    hidden = _rms_norm(x, params["final_norm"], c.rms_norm_eps)
+    head = params["embed"].T if c.tie_embeddings else params["lm_head"]
+    logits = jnp.einsum("bte,ev->btv", hidden, head.astype(dt), preferred_element_type=jnp.float32)
+    logits = self._constrain(logits, ("batch", "length", "vocab"))
+    new_cache = None
+    if cache is not None:
+      new_cache = KVCache(k=ck, v=cv, mask=key_mask, index=start + T)
+    return ModelOutput(logits=logits, cache=new_cache, hidden=hidden if return_hidden else None)
+
+
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
+  """Grouped-query attention. q [B,T,H,D], k/v [B,S,K,D], visible [B,T,S] -> [B,T,H,D]."""
+  B, T, H, D = q.shape
+  K = k.shape[2]
+  q = q.reshape(B, T, K, H // K, D)
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
+  scores = jnp.where(visible[:, None, None], scores, _NEG)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+  return out.reshape(B, T, H, D)
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+  """RoPE positions for (left- or right-) padded rows: the index of each token among the real ones."""
+  m = attention_mask.astype(jnp.int32)
+  return jnp.maximum(jnp.cumsum(m, axis=-1) - 1, 0)
