@@ -1,0 +1,110 @@
+"""Hugging Face checkpoint import/export and tokenizers, from local directories only.
+
+`load_pretrained(name_or_dir)` is the one entry point: a directory holding config.json, safetensors and
+tokenizer files (a real Qwen/Llama checkpoint the user downloaded), or `"tiny"`, the built-in model,
+which is written once as such a directory and then read back through the very same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, NamedTuple, Optional
+
+import jax
+from jax.sharding import Mesh
+
+from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
+                                    save_params)
+from explore_jax.models.config import PRESETS, ModelConfig
+from explore_jax.models.transformer import Model
+from explore_jax.parallel import sharding
+
+TINY_ASSETS = os.path.join(os.path.dirname(__file__), "assets", "tiny")
+TINY_SEED = 0
+
+__all__ = ["Pretrained", "UnsupportedCheckpointError", "config_from_hf", "hf_config_dict", "load_params",
+           "load_pretrained", "load_tokenizer", "save_params", "save_pretrained", "tiny_dir"]
+
+
+class Pretrained(NamedTuple):
+  config: ModelConfig
+  params: dict[str, Any]
+  tokenizer: Any  # a transformers PreTrainedTokenizerFast
+
+  @property
+  def model(self) -> Model:
+    return Model(self.config)
+
+
+def load_tokenizer(directory: str):
+  """The tokenizer saved in a checkpoint directory, through transformers, never touching the network."""
+  from transformers import AutoTokenizer
+
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"checkpoint directory {directory} does not exist")
+  try:
+    return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+  except (OSError, ValueError) as e:
+    raise FileNotFoundError(f"no loadable tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+
+
+def cache_root() -> str:
+  return os.path.abspath(os.environ.get("EXPLORE_JAX_CACHE", os.path.expanduser("~/.cache/explore_jax")))
+
+
+def tiny_dir() -> str:
+  """The built-in tiny checkpoint as a Hugging Face directory, written on first use (random weights)."""
+  config = PRESETS["tiny"]
+  with open(os.path.join(TINY_ASSETS, "tokenizer.json"), "rb") as f:
+    digest = hashlib.sha256(repr((config, TINY_SEED)).encode() + f.read()).hexdigest()[:12]
+  target = os.path.join(cache_root(), f"tiny-{digest}")
+  if os.path.exists(os.path.join(target, "config.json")):
+    return target
+  os.makedirs(cache_root(), exist_ok=True)
+  # Built in a temporary directory and renamed, so concurrent first uses never see half a checkpoint.
+  tmp = tempfile.mkdtemp(prefix="tiny-", dir=cache_root())
+  params = Model(config).init(jax.random.key(TINY_SEED))
+  tokenizer = load_tokenizer(TINY_ASSETS)
+  save_pretrained(tmp, config, params, tokenizer)
+  try:
+    os.rename(tmp, target)
+  except OSError:  # another process won the race; its copy is identical
+    shutil.rmtree(tmp, ignore_errors=True)
+  return target
+
+
+def resolve(name_or_dir: str) -> str:
+  if name_or_dir == "tiny":
+    return tiny_dir()
+  path = os.path.abspath(os.path.expanduser(name_or_dir))
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"checkpoint directory {path} does not exist (give a local directory or 'tiny')")
+  return path
+
+
+def load_pretrained(name_or_dir: str, *, param_dtype: str = "float32", dtype: Optional[str] = None,
+                    mesh: Optional[Mesh] = None, rules: Optional[sharding.Rules] = None,
+                    with_tokenizer: bool = True) -> Pretrained:
+  """Config, params (sharded on `mesh` by the logical rules) and tokenizer of a local checkpoint."""
+  path = resolve(name_or_dir)
+  config = config_from_hf(path, param_dtype=param_dtype, dtype=dtype)
+  params = load_params(path, config, mesh=mesh, rules=rules)
+  return Pretrained(config, params, load_tokenizer(path) if with_tokenizer else None)
+
+
+def save_pretrained(out_dir: str, config: ModelConfig, params: dict[str, Any], tokenizer: Any = None,
+                    **config_overrides: Any) -> str:
+  """Writes a directory that transformers (and `load_pretrained`) loads: config, weights, tokenizer."""
+  out_dir = os.path.abspath(out_dir)
+  if tokenizer is not None:
+    tokenizer.save_pretrained(out_dir)
+    special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    config_overrides = {**{k: v for k, v in special.items() if v is not None}, **config_overrides}
+  save_params(out_dir, config, params, **config_overrides)
+  with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+    json.dump({k: v for k, v in config_overrides.items() if k.endswith("token_id")}, f, indent=2)
+  return out_dir
