@@ -1,0 +1,73 @@
+"""Next-token cross-entropy and its jitted, sharded update step (pre-training style and SFT).
+
+The step is built once per (model, optimizer, mesh): state and batch shardings are fixed in the jit, the
+state is donated, and an update whose loss or gradient is not finite is skipped (and counted) instead of
+poisoning the parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from explore_jax.models.transformer import Model
+from explore_jax.parallel import sharding
+from explore_jax.train.state import TrainState, apply_if_finite
+
+Batch = dict[str, jax.Array]
+
+
+def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Mean over masked targets of -log p(tokens[t+1] | tokens[<=t]).
+
+  batch: tokens [B, T] int; loss_mask [B, T] marks the tokens that are *targets* (e.g. the response);
+  optional attention_mask [B, T] (default: all real) and positions [B, T] (default: from the mask).
+  """
+  tokens = batch["tokens"]
+  mask = batch.get("attention_mask", jnp.ones_like(tokens, bool)).astype(bool)
+  positions = batch.get("positions")
+  if positions is None:
+    positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+  logits = model.apply(params, tokens, positions, attention_mask=mask).logits[:, :-1]
+  targets = tokens[:, 1:]
+  weights = (batch["loss_mask"][:, 1:] & mask[:, 1:]).astype(jnp.float32)
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  n = jnp.sum(weights)
+  loss = jnp.sum(nll * weights) / jnp.maximum(n, 1.0)
+  acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / jnp.maximum(n, 1.0)
+  return loss, {"loss": loss, "token_accuracy": acc, "target_tokens": n}
+
+
+def make_train_step(model: Model, optimizer: optax.GradientTransformation,
+                    state_shardings: Optional[TrainState] = None,
+                    loss_fn: Callable[..., tuple[jax.Array, dict]] = next_token_loss) -> Callable:
+  """`step(state, batch) -> (state, metrics)`, jitted with the state donated.
+
+  With `state_shardings` (from `train.state.state_shardings`) the state keeps its layout across steps;
+  the batch is laid out by the model's rules (batch over data and fsdp).
+  """
+
+  def step(state: TrainState, batch: Batch):
+    (loss, metrics), grads = jax.value_and_grad(lambda p: loss_fn(model, p, batch), has_aux=True)(state.params)
+    grad_norm = optax.tree.norm(grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                     opt_state=opt_state)
+    ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    metrics = {**metrics, "grad_norm": grad_norm, "skipped": (~ok).astype(jnp.int32)}
+    return apply_if_finite(state, new, ok), metrics
+
+  if state_shardings is None:
+    return jax.jit(step, donate_argnums=0)
+  mesh = model.mesh
+  if mesh is None:
+    raise ValueError("a sharded train step needs Model(config, mesh=..., rules=...)")
+  replicated = NamedSharding(mesh, P())
+  batch_spec = NamedSharding(mesh, sharding.logical_to_spec(("batch", "length"), model.rules or (), mesh))
+  return jax.jit(step, in_shardings=(state_shardings, batch_spec), out_shardings=(state_shardings, replicated),
+                 donate_argnums=0)
