@@ -1,0 +1,35 @@
+# The two commands of the README: `make run` (set up and run the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CONFIG ?= configs/sge_coding.py
+WORKDIR ?= runs/sge_coding
+
+.PHONY: run test bench install dev clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.installed-dev
+
+run: $(VENV)/.installed
+	$(PY) launch/train.py --config=$(CONFIG) --workdir=$(WORKDIR)
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest -n 2 --dist=loadfile tests
+
+bench: $(VENV)/.installed-dev
+	$(PY) benchmarks/sampler.py
+	$(PY) benchmarks/advantages.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
