@@ -1,0 +1,50 @@
+"""Agent environments: gymnasium text environments, DPEPO's parallel copies, remote environments.
+
+Importing this package registers the gymnasium ids (no jax is imported: actors step environments):
+
+  explore_jax/KeyDoor-v0    KeyDoorEnv: find the key, open the door (the tiny model's environment)
+  explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
+  explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
+
+Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
+"""
+
+import gymnasium
+
+from explore_jax.envs.base import (
+    MAX_TEXT_LENGTH,
+    TEXT_CHARSET,
+    Demonstration,
+    Outcome,
+    TextEnv,
+    excerpt,
+    oracle_demonstrations,
+    oracle_episode,
+    state_key,
+    text_space,
+)
+from explore_jax.envs.keydoor import ACTIONS as KEYDOOR_ACTIONS
+from explore_jax.envs.keydoor import KeyDoorEnv
+from explore_jax.envs.parallel import ParallelCopies
+
+_REGISTRY = {
+    "explore_jax/KeyDoor-v0": "explore_jax.envs.keydoor:KeyDoorEnv",
+    "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
+    "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
+}
+
+for _env_id, _entry_point in _REGISTRY.items():
+  # Episodes truncate themselves (max_steps), so no TimeLimit wrapper is registered.
+  if _env_id not in gymnasium.registry:
+    gymnasium.register(id=_env_id, entry_point=_entry_point)
+
+_REMOTE_NAMES = ("EnvServer", "RemoteEnv", "RemoteEnvError", "RemoteEnvTimeout")
+
+
+def __getattr__(name):
+  # The remote names load on first use: importing remote.py here would make
+  # `python -m explore_jax.envs.remote` run a second copy of a module already imported.
+  if name in _REMOTE_NAMES:
+    from explore_jax.envs import remote
+    return getattr(remote, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
