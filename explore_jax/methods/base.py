@@ -1,0 +1,134 @@
+"""A method is a small object of hooks plugged into the one training loop (DESIGN.md, "Methods are plug-ins").
+
+The loop asks the method, in order of an iteration:
+  prompt_hook()          the function actors build prompts with (picklable; runs without jax)
+  episode_context(...)   per-episode data for that hook (SGE reflections, EMPO2 tips, ...)
+  sampling_params(...)   the sampler's schedule (temperatures per segment, stop criteria)
+  observe(results)       bookkeeping on finished episodes (buffers, memories)
+  step_rewards(...)      the scalar reward per step record the advantage estimator sees
+  advantage_name/options the registered estimator and its options
+  loss_config            the clipped-surrogate options
+  keep_groups(...)       which task groups enter the update (DAPO's dynamic sampling)
+Baselines are methods too; they differ only in these answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
+from explore_jax.rl.losses import PolicyLossConfig
+
+DEFAULT_SYSTEM_PROMPT = "You are an agent acting in a text environment. Reply with your next action only."
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationPrompt:
+  """The plain agent prompt: a system message and the current observation (plus the last few steps).
+
+  Picklable, so actor processes can run it.
+  """
+  system: str = DEFAULT_SYSTEM_PROMPT
+  history_steps: int = 0
+
+  def __call__(self, observation: str, history: list[tuple[str, str]], context: dict[str, Any],
+               info: dict[str, Any]) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": self.system}] if self.system else []
+    for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
+      messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
+    messages.append({"role": "user", "content": observation})
+    return messages
+
+
+class Method:
+  """Base plug-in: plain on-policy group-relative RL. Subclasses override the hooks they change."""
+
+  name = "base"
+
+  def __init__(self, config: Any):
+    self.config = config
+
+  # ---- rollout -------------------------------------------------------------------------------------
+  def prompt_hook(self) -> Callable[..., list[dict[str, str]]]:
+    return ObservationPrompt(system=self.config.get("system_prompt", DEFAULT_SYSTEM_PROMPT),
+                             history_steps=self.config.get("history_steps", 0))
+
+  def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
+    return {}
+
+  def temperatures(self) -> list[float]:
+    """Per-segment sampling temperatures (one segment unless the method splits responses)."""
+    return [float(self.config.rollout.temperature)]
+
+  def delimiters(self) -> list[str]:
+    """Texts that close each segment but the last (SGE: the strategy's end)."""
+    return []
+
+  def observe(self, results: list[EpisodeResult], *, training: bool) -> dict[str, float]:
+    """Bookkeeping on finished episodes; returns metrics."""
+    return {}
+
+  def state_dict(self) -> dict[str, Any]:
+    """The method's own state (buffers, memories) as JSON data, saved with each checkpoint."""
+    return {}
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    """Restores what `state_dict` returned."""
+
+  # ---- learning ------------------------------------------------------------------------------------
+  def step_rewards(self, task: np.ndarray, fmt: np.ndarray, intrinsic: np.ndarray) -> np.ndarray:
+    """The reward each step record contributes: the task reward, minus a penalty for malformed actions."""
+    penalty = float(self.config.rl.get("format_penalty", 0.0))
+    return task - penalty * (1.0 - fmt)
+
+  @property
+  def advantage_name(self) -> str:
+    return self.config.rl.advantage
+
+  def advantage_options(self) -> dict[str, Any]:
+    return dict(self.config.rl.advantage_options)
+
+  def loss_config(self) -> PolicyLossConfig:
+    loss = self.config.rl.loss
+    return PolicyLossConfig(
+        eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=optional(loss.dual_clip), aggregation=loss.aggregation,
+        max_len=loss.get("max_len"), kl_type=loss.kl_type, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef)
+
+  def keep_groups(self, group_returns: dict[int, np.ndarray]) -> set[int]:
+    """Task groups that enter the update. DAPO's dynamic sampling drops groups whose returns are all equal
+    (they carry no group-relative signal)."""
+    if not self.config.rl.get("drop_uniform_groups", False):
+      return set(group_returns)
+    return {g for g, r in group_returns.items() if np.ptp(r) > 0}
+
+
+_METHODS: dict[str, type[Method]] = {}
+
+
+def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
+  def decorator(cls: type[Method]) -> type[Method]:
+    if name in _METHODS:
+      raise ValueError(f"method {name!r} is already registered")
+    _METHODS[name] = cls
+    return cls
+  return decorator
+
+
+def make_method(config: Any) -> Method:
+  """The method named by `config.method`, built from the config."""
+  name = config.method
+  if name not in _METHODS:
+    raise KeyError(f"unknown method {name!r}; registered: {sorted(_METHODS)}")
+  return _METHODS[name](config)
+
+
+def registered_methods() -> list[str]:
+  return sorted(_METHODS)
+
+
+def optional(value: Optional[float]) -> Optional[float]:
+  """Config values use a negative number for 'off' where None cannot be overridden from the command line."""
+  return None if value is None or value < 0 else value

@@ -1,0 +1,85 @@
+"""Run metrics: one JSON line per iteration, TensorBoard event files, PNG learning curves at the end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+
+class MetricsWriter:
+  """Appends `{"iteration": i, **scalars}` to workdir/metrics.jsonl and mirrors it to TensorBoard.
+
+  Reopening a workdir after a resume drops lines past the restored iteration, so a resumed run's file
+  reads as if it had never stopped.
+  """
+
+  def __init__(self, workdir: str, *, resume_from: Optional[int] = None, tensorboard: bool = True):
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.history: list[dict[str, Any]] = []
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+      self.history = [r for r in rows if resume_from is not None and r["iteration"] <= resume_from]
+      with open(self.path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in self.history)
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, iteration: int, scalars: Mapping[str, float]) -> None:
+    row = {"iteration": int(iteration), **{k: _plain(v) for k, v in scalars.items()}}
+    self.history.append(row)
+    with open(self.path, "a") as f:
+      f.write(json.dumps(row) + "\n")
+    if self._tb is not None:
+      for k, v in row.items():
+        if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
+          self._tb.add_scalar(k, v, iteration)
+      self._tb.flush()
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def _plain(v: Any) -> Any:
+  try:
+    return float(v)
+  except (TypeError, ValueError):
+    return v
+
+
+def plot_curves(history: Sequence[Mapping[str, Any]], keys: Sequence[str], path: str, title: str = "") -> str:
+  """Writes a PNG with one panel per metric in `keys` against the iteration; returns its path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  keys = [k for k in keys if any(k in r for r in history)]
+  fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.2 * max(len(keys), 1)), squeeze=False)
+  for ax, k in zip(axes[:, 0], keys):
+    pts = [(r["iteration"], r[k]) for r in history if k in r]
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
+    ax.set_ylabel(k)
+    ax.grid(alpha=0.3)
+  axes[-1, 0].set_xlabel("iteration")
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def ascii_curve(values: Sequence[float], width: int = 40) -> str:
+  """A one-line sparkline of `values` for terminal summaries."""
+  if not values:
+    return ""
+  bars = " ▁▂▃▄▅▆▇█"
+  step = max(1, math.ceil(len(values) / width))
+  pts = [sum(values[i:i + step]) / len(values[i:i + step]) for i in range(0, len(values), step)]
+  lo, hi = min(pts), max(pts)
+  return "".join(bars[int((p - lo) / (hi - lo + 1e-12) * (len(bars) - 1))] for p in pts)
