@@ -339,14 +339,13 @@ def test_grpo_is_invariant_to_a_per_group_reward_shift(seed):
   shift = jnp.asarray(rng.normal(0, 10, size=8).astype(np.float32))[records.group_ids]
   shifted = StepRecords(rewards=records.rewards + shift, group_ids=records.group_ids,
                         valid=records.valid)
+  # Singleton groups keep their raw reward (verl's rule), so compare the others.
+  sizes = np.bincount(np.asarray(records.group_ids)[np.asarray(records.valid)], minlength=8)
+  multi = np.asarray(records.valid) & (sizes[np.asarray(records.group_ids)] > 1)
   for normalize_std in (True, False):
-    for per_step in (False, True):
-      opts = dict(normalize_std=normalize_std, per_step_statistics=per_step)
-      # Singleton groups keep their raw reward (verl's rule), so compare the others.
-      out, out_shift = (_run("grpo", r, jit=True, **opts) for r in (records, shifted))
-      sizes = np.bincount(np.asarray(records.group_ids)[np.asarray(records.valid)], minlength=8)
-      multi = np.asarray(records.valid) & (sizes[np.asarray(records.group_ids)] > 1)
-      np.testing.assert_allclose(out_shift[multi], out[multi], atol=2e-4)
+    out, out_shift = (_run("grpo", r, jit=True, normalize_std=normalize_std)
+                      for r in (records, shifted))
+    np.testing.assert_allclose(out_shift[multi], out[multi], atol=2e-4)
 
 
 @SETTINGS
@@ -369,7 +368,7 @@ def test_dense_layout_fast_path_matches_the_sorting_path(seed):
                                rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@hypothesis.settings(max_examples=4, deadline=None, derandomize=True)
+@hypothesis.settings(max_examples=3, deadline=None, derandomize=True)
 @hypothesis.given(seed=st.integers(0, 2**32 - 1))
 def test_jitted_and_eager_estimators_agree(seed):
   records, _ = _random_batch(seed)
