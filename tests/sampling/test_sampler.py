@@ -93,6 +93,14 @@ def test_greedy_equals_argmax_of_repeated_full_forward_passes(params):
   # hidden[:, t] is the state after consuming token t: the full pass's hidden at token t's position.
   np.testing.assert_allclose(out.hidden, hidden[:, width:], atol=1e-5)
 
+  # A row that ends early (EOS) still gets its last token's state; past its end the states are 0.
+  eos = int(response[0, 3])
+  early = run(params, sp(temps=(0.0, 0.0), eos=[eos]), return_hidden=True)
+  L = int(early.lengths[0])
+  assert L == list(response[0]).index(eos) + 1 < N_NEW
+  np.testing.assert_allclose(early.hidden[0, :L], hidden[0, width:width + L], atol=1e-5)
+  np.testing.assert_array_equal(early.hidden[0, L:], 0)
+
 
 # Upper critical values of chi-square at significance 0.001, dof 1..7: NIST/SEMATECH e-Handbook of
 # Statistical Methods, section 1.3.6.7.4 "Critical Values of the Chi-Square Distribution".
@@ -305,3 +313,15 @@ def test_sharded_matches_single_device(params):
   np.testing.assert_array_equal(multi.tokens, single.tokens)
   np.testing.assert_allclose(multi.logprobs, single.logprobs, atol=1e-5)
   np.testing.assert_array_equal(multi.segments, single.segments)
+
+
+def test_per_row_temperatures(params):
+  # Rows 0 and 2 greedy, row 1 on the SGE schedule: each row equals its run with a batch-wide schedule.
+  delim = (3, 4)
+  per_row = run(params, sp(temps=np.array([[0.0, 0.0], [1.3, 0.6], [0.0, 0.0]]), delimiter=delim))
+  greedy = run(params, sp(temps=(0.0, 0.0), delimiter=delim))
+  mixed = run(params, sp(temps=(1.3, 0.6), delimiter=delim))
+  for b, ref in ((0, greedy), (1, mixed), (2, greedy)):
+    np.testing.assert_array_equal(per_row.tokens[b], ref.tokens[b])
+    np.testing.assert_allclose(per_row.temperatures[b], ref.temperatures[b])
+    np.testing.assert_allclose(per_row.logprobs[b], ref.logprobs[b], atol=1e-6)
