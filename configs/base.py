@@ -12,6 +12,7 @@ from explore_jax.parallel.sharding import DEFAULT_RULES
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.system_prompt = "You are an agent acting in a text environment. Reply with your next action only."
 
   # The policy: "tiny" (built in, no downloads) or a local Hugging Face checkpoint directory.
   c.model = ml_collections.ConfigDict()
@@ -39,4 +40,62 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 10        # iterations between saves
   c.checkpoint.max_to_keep = 3
+
+  # The environment (a gymnasium id of explore_jax.envs or a registered adapter).
+  c.env = ml_collections.ConfigDict()
+  c.env.id = "explore_jax/KeyDoor-v0"
+  c.env.kwargs = ml_collections.ConfigDict()
+  c.env.max_steps = 10           # bounds step ids of a trajectory (fixed record shapes)
+
+  # Rollouts: B tasks x G trajectories per iteration, stepped by actor processes.
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.num_tasks = 8        # B
+  c.rollout.group_size = 8       # G: trajectories per task (the GRPO group)
+  c.rollout.num_actors = 2
+  c.rollout.envs_per_actor = 8
+  c.rollout.max_prompt_tokens = 128
+  c.rollout.max_new_tokens = 16
+  c.rollout.temperature = 1.0
+  c.rollout.top_p = 1.0
+  c.rollout.episode_timeout_s = 120.0
+
+  # The policy update. Symbols as in the papers.
+  c.rl = ml_collections.ConfigDict()
+  c.rl.advantage = "grpo"        # a name in rl.advantages' registry
+  c.rl.advantage_options = ml_collections.ConfigDict({"eps": 1e-6, "normalize_std": True})
+  c.rl.epochs = 1                # passes over the iteration's records
+  c.rl.minibatch_size = 64       # records per optimizer step
+  c.rl.format_penalty = 0.1      # subtracted from a step's reward when its action is malformed
+  c.rl.drop_uniform_groups = False  # DAPO dynamic sampling
+  c.rl.loss = ml_collections.ConfigDict()
+  c.rl.loss.eps_low = 0.2        # epsilon_low
+  c.rl.loss.eps_high = 0.2       # epsilon_high (clip-higher when > eps_low)
+  c.rl.loss.dual_clip = 3.0      # c of dual clip for A < 0; negative disables
+  c.rl.loss.aggregation = "seq-mean-token-mean"
+  c.rl.loss.max_len = ml_collections.config_dict.placeholder(int)  # Dr.GRPO's constant; None = response length
+  c.rl.loss.kl_type = "k3"
+  c.rl.loss.kl_coef = 0.0        # beta; a reference policy is kept only when > 0
+  c.rl.loss.entropy_coef = 0.0
+
+  c.replay = ml_collections.ConfigDict()
+  c.replay.iterations_kept = 2   # replay capacity in iterations' worth of records
+
+  c.train = ml_collections.ConfigDict()
+  c.train.num_iterations = 50
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every = 5               # iterations between evaluations; 0 disables
+  c.eval.num_episodes = 32
+  c.eval.temperature = 0.0       # greedy
+  c.eval.seed_offset = 10_000_000  # held-out task seeds
+
+  # Warm start: SFT on demonstrations (a JSONL file, or the environment's oracle) before RL.
+  c.sft = ml_collections.ConfigDict()
+  c.sft.enabled = False
+  c.sft.demonstrations = ""      # JSONL path; empty: generate with the environment's oracle
+  c.sft.oracle_episodes = 64
+  c.sft.oracle_seed_offset = 20_000_000
+  c.sft.steps = 200
+  c.sft.batch_size = 32
+  c.sft.learning_rate = 1e-3
   return c

@@ -6,11 +6,13 @@
 Any config field can be overridden with `--config.a.b=value`; an unknown field or a value of the wrong
 type stops the run with a one-line error naming it.
 
-What runs today: the foundation of every experiment. The policy is imported from its checkpoint through
-the Hugging Face path onto the configured mesh, responses are sampled with the method's mixed-temperature
-schedule, a few sharded next-token updates run on them, and the learner state is checkpointed in the
-workdir. The RL loop (environments, actors, replay, the method's updates) is not part of the project yet;
-this script says so rather than pretending to train.
+A config whose `method` is registered in explore_jax.methods runs the RL training loop
+(explore_jax/train/loop.py): the run directory gets the resolved config, checkpoints, metrics.jsonl,
+TensorBoard events and curves.png, and a killed run started again with the same command resumes.
+
+A method that is not implemented yet (SGE, until its issue lands) runs the foundation instead: the
+policy is imported onto the mesh, sampled with the method's mixed-temperature schedule, updated a few
+times and checkpointed, and the script says plainly that the method's training is not there yet.
 """
 
 import json
@@ -36,7 +38,7 @@ DEMO_PROMPTS = (
 )
 
 
-def run(config, workdir: str) -> dict:
+def foundation_run(config, workdir: str) -> dict:
   """Imports the policy, samples with the method's schedule, updates, checkpoints; returns a summary."""
   import jax
   import jax.numpy as jnp
@@ -47,10 +49,6 @@ def run(config, workdir: str) -> dict:
   from explore_jax.parallel import make_mesh
   from explore_jax.parallel.sharding import rules_from_config
   from explore_jax.train import checkpoint, sft, state as state_lib
-
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
 
   t0 = time.time()
   mesh = make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
@@ -121,11 +119,25 @@ def main(argv):
   workdir = _WORKDIR.value or os.path.join("runs", os.path.splitext(os.path.basename(
       flags.FLAGS["config"].config_filename))[0])
   logging.set_verbosity(logging.WARNING)
-  run(config, workdir)
+  from explore_jax.methods import registered_methods
+
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  if config.get("method") in registered_methods():
+    from explore_jax.train.loop import Trainer
+
+    history = Trainer(config, workdir).run()
+    last = history[-1] if history else {}
+    print(f"[done] {len(history)} iterations; last: " + ", ".join(
+        f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))
+    print(f"[done] run directory: {os.path.abspath(workdir)} (metrics.jsonl, curves.png, tensorboard/, checkpoints/)")
+    return
+  foundation_run(config, workdir)
   print(f"[done] run directory: {os.path.abspath(workdir)}")
-  print(f"The {config.get('method', 'RL').upper()} training loop (environments, actors, replay, the method's "
-        "updates) is not implemented yet; this run exercised model import, mixed-temperature sampling, "
-        "the sharded update and checkpointing.")
+  print(f"The {config.get('method', 'RL').upper()} method is not implemented yet; this run exercised model "
+        "import, mixed-temperature sampling, the sharded update and checkpointing. Registered methods: "
+        f"{', '.join(registered_methods())}.")
 
 
 if __name__ == "__main__":

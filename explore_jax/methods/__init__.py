@@ -1,6 +1,8 @@
-"""Methods as plug-ins of the training loop; importing this package registers them all."""
+"""Methods as plug-ins of the training loop (the registry loads each method's module on first use).
 
-from explore_jax.methods import grpo
+Nothing here imports jax: actor processes unpickle prompt hooks from these modules.
+"""
+
 from explore_jax.methods.base import Method, ObservationPrompt, make_method, register_method, registered_methods
 
-__all__ = ["Method", "ObservationPrompt", "grpo", "make_method", "register_method", "registered_methods"]
+__all__ = ["Method", "ObservationPrompt", "make_method", "register_method", "registered_methods"]

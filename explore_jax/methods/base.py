@@ -10,6 +10,9 @@ The loop asks the method, in order of an iteration:
   loss_config            the clipped-surrogate options
   keep_groups(...)       which task groups enter the update (DAPO's dynamic sampling)
 Baselines are methods too; they differ only in these answers.
+
+This package imports no jax at module level: actor processes unpickle prompt hooks defined here, and
+actors never load jax.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
-from explore_jax.rl.losses import PolicyLossConfig
 
 DEFAULT_SYSTEM_PROMPT = "You are an agent acting in a text environment. Reply with your next action only."
 
@@ -91,7 +93,10 @@ class Method:
   def advantage_options(self) -> dict[str, Any]:
     return dict(self.config.rl.advantage_options)
 
-  def loss_config(self) -> PolicyLossConfig:
+  def loss_config(self):
+    """The `rl.losses.PolicyLossConfig` of the clipped-surrogate update."""
+    from explore_jax.rl.losses import PolicyLossConfig
+
     loss = self.config.rl.loss
     return PolicyLossConfig(
         eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=optional(loss.dual_clip), aggregation=loss.aggregation,
@@ -117,8 +122,20 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
   return decorator
 
 
+# Modules whose import registers methods; loaded on first use of the registry.
+METHOD_MODULES = ("explore_jax.methods.grpo",)
+
+
+def _load_all() -> None:
+  import importlib
+
+  for module in METHOD_MODULES:
+    importlib.import_module(module)
+
+
 def make_method(config: Any) -> Method:
   """The method named by `config.method`, built from the config."""
+  _load_all()
   name = config.method
   if name not in _METHODS:
     raise KeyError(f"unknown method {name!r}; registered: {sorted(_METHODS)}")
@@ -126,6 +143,7 @@ def make_method(config: Any) -> Method:
 
 
 def registered_methods() -> list[str]:
+  _load_all()
   return sorted(_METHODS)
 
 

@@ -1,8 +1,8 @@
 """Supervised fine-tuning data: JSONL demonstrations, oracle demonstrations, and their token arrays.
 
 A demonstration line is `{"messages": [{"role": ..., "content": ...}, ...], "response": "..."}`: the chat
-the model sees and the reply it should give. The prompt is rendered exactly as actors render it
-(`render_prompt`), so a warm-started policy sees at training time what it will see when acting.
+the model sees and the reply it should give. Prompts are tokenised by the actors' own `PromptTokenizer`,
+so a warm-started policy sees at training time exactly what it will see when acting.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium
 import numpy as np
 
+from explore_jax.actors.actor import PromptTokenizer
 from explore_jax.envs import oracle_demonstrations
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-  """The prompt text for chat `messages`: the tokenizer's chat template with the generation prompt, or
-  the contents joined by newlines for a tokenizer without one."""
-  if getattr(tokenizer, "chat_template", None):
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-  return "\n".join(m["content"] for m in messages) + "\n"
 
 
 def load_demonstrations(path: str) -> list[dict[str, Any]]:
@@ -77,13 +70,13 @@ def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: 
   `prompt_len` (longer prompts keep their end, as actors truncate), loss on the response only."""
   eos = tokenizer.eos_token_id
   pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+  encoder = PromptTokenizer(tokenizer, prompt_len)
   n, width = len(demos), prompt_len + response_len
   tokens = np.full((n, width), pad, np.int32)
   attention = np.zeros((n, width), bool)
   loss = np.zeros((n, width), bool)
   for i, d in enumerate(demos):
-    prompt = tokenizer(render_prompt(tokenizer, d["messages"]), add_special_tokens=False)["input_ids"]
-    prompt = prompt[-prompt_len:]
+    prompt, _ = encoder.encode(d["messages"])
     response = tokenizer(d["response"], add_special_tokens=False)["input_ids"] + [eos]
     if len(response) > response_len:
       raise ValueError(f"demonstration {i}: response of {len(response)} tokens exceeds response_len={response_len}")

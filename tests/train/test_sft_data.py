@@ -18,7 +18,8 @@ def tokenizer():
 def test_tokenized_demo_layout(tokenizer):
   demos = [{"messages": [{"role": "user", "content": "Room 1/4. Actions: go right."}], "response": "go right"}]
   arrays = sft_data.tokenize_demos(tokenizer, demos, prompt_len=64, response_len=6)
-  prompt = tokenizer(sft_data.render_prompt(tokenizer, demos[0]["messages"]), add_special_tokens=False)["input_ids"]
+  text = tokenizer.apply_chat_template(demos[0]["messages"], add_generation_prompt=True, tokenize=False)
+  prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
   response = tokenizer("go right", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
   row, attn, loss = arrays["tokens"][0], arrays["attention_mask"][0], arrays["loss_mask"][0]
   assert list(row[64 - len(prompt):64]) == prompt and not attn[:64 - len(prompt)].any()

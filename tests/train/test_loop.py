@@ -1,0 +1,70 @@
+"""The training loop as a user runs it: two actor processes end to end, and kill -9 then resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TIMING = ("time_", "tokens_per_s", "update/grad_norm")  # wall-clock figures differ between runs
+
+SMALL = [
+    "--config=configs/grpo_keydoor.py",
+    "--config.rollout.num_tasks=2", "--config.rollout.group_size=3", "--config.rollout.num_actors=2",
+    "--config.rollout.envs_per_actor=2", "--config.rl.minibatch_size=16", "--config.sft.oracle_episodes=2",
+    "--config.sft.steps=4", "--config.sft.batch_size=8", "--config.eval.every=2", "--config.eval.num_episodes=2",
+    "--config.checkpoint.every=1",
+]
+
+
+def launch(workdir, *extra, cache):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env["EXPLORE_JAX_CACHE"] = str(cache)
+  return subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "train.py"), f"--workdir={workdir}",
+                           *SMALL, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def comparable(row):
+  return {k: v for k, v in row.items() if not any(t in k for t in TIMING)}
+
+
+@pytest.mark.slow
+def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
+  cache = tmp_path / "cache"
+  # The reference: three iterations without interruption.
+  ref = launch(tmp_path / "ref", "--config.train.num_iterations=3", cache=cache)
+  out, err = ref.communicate(timeout=900)
+  assert ref.returncode == 0, err[-3000:]
+  reference = rows(tmp_path / "ref")
+  assert [r["iteration"] for r in reference] == [0, 1, 2, 3]
+  for r in reference[1:]:
+    assert r["episodes_dropped"] == 0 and r["update/minibatches"] >= 1 and 0 <= r["success_rate"] <= 1
+  for name in ("config.json", "curves.png", "metrics.jsonl"):
+    assert os.path.exists(tmp_path / "ref" / name), name
+  assert os.listdir(tmp_path / "ref" / "tensorboard")
+
+  # The same command killed with SIGKILL after its first iteration, then started again.
+  run = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache)
+  deadline = time.time() + 600
+  while time.time() < deadline:
+    if os.path.exists(tmp_path / "run" / "metrics.jsonl") and len(rows(tmp_path / "run")) >= 2:
+      break
+    assert run.poll() is None, run.communicate()[1][-3000:]
+    time.sleep(0.2)
+  run.send_signal(signal.SIGKILL)
+  run.communicate()
+  resumed = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache)
+  out, err = resumed.communicate(timeout=900)
+  assert resumed.returncode == 0, err[-3000:]
+  assert "[resume] from iteration" in out
+  assert [comparable(r) for r in rows(tmp_path / "run")] == [comparable(r) for r in reference]
