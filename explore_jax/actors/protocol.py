@@ -5,6 +5,11 @@ episodes needs an action, steps the environment with the decoded text, and strea
 episode's steps back. Randomness never depends on timing: an episode's environment seed is in its spec,
 and the sampler keys each response by (episode, step), so a run is reproducible however the actors
 interleave.
+
+Learner -> actor: EpisodeSpec (play it), Response (the next action of one episode), CancelEpisodes
+(abandon them all), STOP (exit).
+Actor -> learner: ActorHello (once, when ready), PromptRequest, EpisodeResult, EpisodesCancelled,
+ActorFailure (before exiting on an error that belongs to no episode).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class PromptRequest:
   episode_id: int
   step: int
   prompt_ids: list[int]
+  actor_id: int = -1         # the actor asking (the learner answers through that actor's channel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +71,7 @@ class StepRecord:
   done: bool
   success: bool
   info: dict[str, Any]      # what the environment reported (admissible actions, feedback, histories...)
+  truncated_tokens: int = 0  # prompt tokens cut from the left to fit max_prompt_tokens
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small
@@ -76,9 +83,48 @@ PromptHook = Callable[[str, list[tuple[str, str]], dict[str, Any], dict[str, Any
 
 @dataclasses.dataclass
 class EpisodeResult:
+  """A finished episode, or a dropped one: no steps, and `error` says why (env raised, actor died or hung)."""
   spec: EpisodeSpec
   steps: list[StepRecord]
   success: bool
   total_reward: float
   feedback: str
   error: Optional[str] = None
+  actor_id: int = -1
+  truncated_prompts: int = 0  # steps whose prompt was cut to fit max_prompt_tokens
+
+  @property
+  def dropped(self) -> bool:
+    return self.error is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorHello:
+  """An actor process is ready (tokenizer loaded, prompt hook imported) and reports what it loaded."""
+  actor_id: int
+  pid: int
+  jax_imported: bool  # must stay False: actors never import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorFailure:
+  """An actor process is about to exit on an error outside any one episode (e.g. no tokenizer)."""
+  actor_id: int
+  pid: int
+  error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelEpisodes:
+  """The learner abandons every episode an actor holds (its run failed); the actor answers EpisodesCancelled."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodesCancelled:
+  """An actor has abandoned its episodes: what it sent before this message belongs to the failed run."""
+  actor_id: int
+  episode_ids: tuple[int, ...]
+
+
+# The learner tells an actor to close its environments and exit by sending this instead of a message.
+STOP = None

@@ -1,0 +1,320 @@
+"""The actor process: it holds environments, builds and tokenises prompts, and steps on the learner's answers.
+
+An actor is started by `ActorPool` with the multiprocessing spawn context and never imports jax: its
+work is Python (environments, prompt hooks, the Hugging Face tokenizer), and a jax import would cost
+every actor seconds and memory for nothing. `actor_main` is the process; `Actor` is its event loop
+without any process around it, so it can also be driven in-process.
+
+An actor interleaves up to `envs_per_actor` episodes. It handles one message at a time: a spec resets
+an environment and asks for the first action; a response is decoded, steps its environment and either
+asks for the next action or sends the finished episode. While one episode waits for its response the
+others reset, step and ask. An exception from an environment or a prompt hook drops that episode only
+(the error text travels in its EpisodeResult) and its environment instance is closed, never reused.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import multiprocessing
+import os
+import queue
+import sys
+import time
+import traceback
+from typing import Any, Callable, Optional
+
+import gymnasium
+
+from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EpisodeResult,
+                                         EpisodesCancelled, EpisodeSpec, PromptHook, PromptRequest, Response,
+                                         StepRecord)
+from explore_jax.envs.base import state_key as observation_key
+
+# How often an idle actor checks that its learner is still there.
+_POLL_S = 1.0
+# Error texts keep the end of the traceback, where the failing frame is.
+_MAX_ERROR_CHARS = 4000
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+  """Everything an actor process needs (picklable: it crosses the spawn boundary)."""
+  actor_id: int
+  tokenizer_dir: str
+  prompt_hook: PromptHook
+  envs_per_actor: int = 4
+  max_prompt_tokens: int = 2048
+  request_timeout_s: Optional[float] = None  # exit when a request waits longer than this for its response
+
+
+class PromptTokenizer:
+  """Chat messages -> prompt token ids (cut from the left to a budget); response token ids -> text."""
+
+  def __init__(self, tokenizer: Any, max_prompt_tokens: int):
+    if max_prompt_tokens < 1:
+      raise ValueError(f"max_prompt_tokens must be at least 1, got {max_prompt_tokens}")
+    self.tokenizer = tokenizer
+    self.max_prompt_tokens = max_prompt_tokens
+
+  @classmethod
+  def from_dir(cls, directory: str, max_prompt_tokens: int) -> "PromptTokenizer":
+    """The Hugging Face tokenizer saved in a local directory (never the network)."""
+    # transformers is imported here, not at module level, so the pool's process never pays for it.
+    from transformers import AutoTokenizer
+
+    if not os.path.isdir(directory):
+      raise FileNotFoundError(f"tokenizer directory {directory} does not exist")
+    return cls(AutoTokenizer.from_pretrained(directory, local_files_only=True), max_prompt_tokens)
+
+  def encode(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
+    """(prompt ids, tokens cut): the chat template with the generation prompt, or the joined contents."""
+    if getattr(self.tokenizer, "chat_template", None):
+      text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+      # The template writes its own special tokens (BOS included, where the model has one).
+      ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+      ids = self.tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+    ids = [int(i) for i in ids]
+    cut = max(0, len(ids) - self.max_prompt_tokens)
+    # The end of a prompt (the current observation, the generation prompt) is what the action depends on.
+    return ids[cut:], cut
+
+  def decode(self, tokens: Any) -> str:
+    return self.tokenizer.decode([int(t) for t in tokens], skip_special_tokens=True)
+
+
+def _env_key(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, str]:
+  # kwargs may hold lists or nested dicts; their canonical JSON is hashable and equal for equal kwargs.
+  return env_id, json.dumps(env_kwargs, sort_keys=True, default=repr)
+
+
+class EnvCache:
+  """Idle environment instances by (env_id, kwargs), reused across episodes; at most `capacity` kept."""
+
+  def __init__(self, capacity: int):
+    self.capacity = capacity
+    self._idle: collections.OrderedDict[tuple[str, str], list[gymnasium.Env]] = collections.OrderedDict()
+    self.created = 0
+
+  def acquire(self, env_id: str, env_kwargs: dict[str, Any]) -> gymnasium.Env:
+    key = _env_key(env_id, env_kwargs)
+    idle = self._idle.get(key)
+    if idle:
+      env = idle.pop()
+      if not idle:
+        del self._idle[key]
+      return env
+    self.created += 1
+    return gymnasium.make(env_id, **env_kwargs)
+
+  def release(self, env_id: str, env_kwargs: dict[str, Any], env: gymnasium.Env) -> None:
+    key = _env_key(env_id, env_kwargs)
+    self._idle.setdefault(key, []).append(env)
+    self._idle.move_to_end(key)
+    while sum(len(envs) for envs in self._idle.values()) > self.capacity:
+      oldest_key, oldest = next(iter(self._idle.items()))
+      discard(oldest.pop(0))
+      if not oldest:
+        del self._idle[oldest_key]
+
+  def close(self) -> None:
+    for envs in self._idle.values():
+      for env in envs:
+        discard(env)
+    self._idle.clear()
+
+
+def discard(env: gymnasium.Env) -> None:
+  """Closes an environment whose state can no longer be trusted; a failing close changes nothing."""
+  try:
+    env.close()
+  except Exception:  # the instance is being thrown away either way
+    pass
+
+
+def _error_text(where: str, error: BaseException) -> str:
+  text = f"{where} raised {type(error).__name__}: {error}\n" + "".join(traceback.format_exception(error))
+  return text if len(text) <= _MAX_ERROR_CHARS else text[:200] + "\n...\n" + text[-(_MAX_ERROR_CHARS - 205):]
+
+
+@dataclasses.dataclass
+class _Episode:
+  spec: EpisodeSpec
+  env: gymnasium.Env
+  observation: str
+  info: dict[str, Any]
+  step: int = 0
+  history: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+  steps: list[StepRecord] = dataclasses.field(default_factory=list)
+  prompt_ids: list[int] = dataclasses.field(default_factory=list)
+  truncated_tokens: int = 0
+  truncated_prompts: int = 0
+  requested_at: float = 0.0
+
+
+class Actor:
+  """One actor's live episodes: `handle` reacts to a learner message, `send` carries the answers out."""
+
+  def __init__(self, config: ActorConfig, tokenizer: PromptTokenizer, send: Callable[[Any], None]):
+    self.config = config
+    self.tokenizer = tokenizer
+    self.send = send
+    self.envs = EnvCache(config.envs_per_actor)
+    self.episodes: dict[int, _Episode] = {}
+
+  def oldest_request(self) -> Optional[float]:
+    """When the longest-waiting PromptRequest was sent (time.monotonic), or None if none waits."""
+    return min((ep.requested_at for ep in self.episodes.values()), default=None)
+
+  def handle(self, message: Any) -> None:
+    if isinstance(message, EpisodeSpec):
+      self._start(message)
+    elif isinstance(message, Response):
+      self._step(message)
+    elif isinstance(message, CancelEpisodes):
+      cancelled = tuple(self.episodes)
+      for ep in self.episodes.values():
+        # Mid-episode but sound: the next episode's reset starts it afresh.
+        self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
+      self.episodes.clear()
+      self.send(EpisodesCancelled(self.config.actor_id, cancelled))
+    else:
+      raise TypeError(f"actor {self.config.actor_id} cannot handle a {type(message).__name__}")
+
+  def close(self) -> None:
+    for ep in self.episodes.values():
+      discard(ep.env)
+    self.episodes.clear()
+    self.envs.close()
+
+  def _start(self, spec: EpisodeSpec) -> None:
+    if spec.episode_id in self.episodes:
+      raise ValueError(f"episode {spec.episode_id} is already running on actor {self.config.actor_id}")
+    try:
+      env = self.envs.acquire(spec.env_id, spec.env_kwargs)
+    except Exception as e:
+      self._send_dropped(spec, _error_text(f"gymnasium.make({spec.env_id!r})", e))
+      return
+    try:
+      observation, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))
+    except Exception as e:
+      discard(env)
+      self._send_dropped(spec, _error_text("env.reset", e))
+      return
+    ep = _Episode(spec, env, observation, dict(info))
+    self.episodes[spec.episode_id] = ep
+    self._ask(ep)
+
+  def _ask(self, ep: _Episode) -> None:
+    try:
+      messages = self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, ep.info)
+      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(messages)
+    except Exception as e:
+      self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
+      return
+    ep.truncated_prompts += int(ep.truncated_tokens > 0)
+    ep.requested_at = time.monotonic()
+    self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id))
+
+  def _step(self, response: Response) -> None:
+    ep = self.episodes.get(response.episode_id)
+    if ep is None or response.step != ep.step:
+      waiting = None if ep is None else ep.step
+      raise ValueError(f"actor {self.config.actor_id} got a response for episode {response.episode_id} step "
+                       f"{response.step}, but that episode waits for step {waiting}")
+    text = self.tokenizer.decode(response.tokens)
+    try:
+      observation, reward, terminated, truncated, info = ep.env.step(text)
+    except Exception as e:
+      self._drop(ep, _error_text("env.step", e), env_broken=True)
+      return
+    done = bool(terminated or truncated)
+    key = ep.info.get("state_key")
+    ep.steps.append(StepRecord(
+        episode_id=ep.spec.episode_id, group_id=ep.spec.group_id, traj_id=ep.spec.traj_id, step_index=ep.step,
+        actor_id=self.config.actor_id, prompt_ids=ep.prompt_ids, response=response, response_text=text,
+        task_reward=float(reward),
+        # An environment that does not grade the format is taken as never malformed.
+        format_reward=float(info.get("format_reward", 1.0)),
+        state_key=int(observation_key(ep.observation) if key is None else key),
+        done=done, success=bool(info.get("success", False)), info=dict(info),
+        truncated_tokens=ep.truncated_tokens))
+    ep.history.append((ep.observation, text))
+    ep.observation, ep.info = observation, dict(info)
+    ep.step += 1
+    if not done:
+      self._ask(ep)
+      return
+    del self.episodes[ep.spec.episode_id]
+    self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
+    self.send(EpisodeResult(
+        spec=ep.spec, steps=ep.steps, success=ep.steps[-1].success,
+        total_reward=sum(s.task_reward for s in ep.steps), feedback=str(ep.info.get("feedback", "")),
+        actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts))
+
+  def _drop(self, ep: _Episode, error: str, *, env_broken: bool) -> None:
+    del self.episodes[ep.spec.episode_id]
+    if env_broken:
+      discard(ep.env)
+    else:
+      self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
+    self._send_dropped(ep.spec, error, ep.truncated_prompts)
+
+  def _send_dropped(self, spec: EpisodeSpec, error: str, truncated_prompts: int = 0) -> None:
+    self.send(EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0, feedback="", error=error,
+                            actor_id=self.config.actor_id, truncated_prompts=truncated_prompts))
+
+
+def actor_main(config: ActorConfig, inbox: Any, outbox: Any) -> None:
+  """The actor process: say hello, then serve `inbox` (a Queue) until STOP, answering on `outbox` (a Connection)."""
+  pid = os.getpid()
+  try:
+    import explore_jax.envs  # noqa: F401  (registers the environment ids)
+
+    actor = Actor(config, PromptTokenizer.from_dir(config.tokenizer_dir, config.max_prompt_tokens), outbox.send)
+    outbox.send(ActorHello(config.actor_id, pid, jax_imported="jax" in sys.modules))
+  except BaseException as e:
+    _report_failure(outbox, ActorFailure(config.actor_id, pid, _error_text("starting the actor", e)))
+    sys.exit(1)
+  try:
+    failure = _serve(actor, inbox)
+  except (BrokenPipeError, ConnectionResetError, EOFError):
+    failure = None  # the learner closed our channels: nobody is left to tell
+  except BaseException as e:
+    failure = _error_text(f"actor {config.actor_id}", e)
+  finally:
+    actor.close()
+  if failure is not None:
+    _report_failure(outbox, ActorFailure(config.actor_id, pid, failure))
+    sys.exit(1)
+
+
+def _serve(actor: Actor, inbox: Any) -> Optional[str]:
+  """Handles messages until STOP (-> None) or until the learner is gone (-> why, when it may still listen)."""
+  parent = multiprocessing.parent_process()
+  timeout = actor.config.request_timeout_s
+  poll_s = _POLL_S if timeout is None else min(_POLL_S, timeout)
+  while True:
+    try:
+      message = inbox.get(timeout=poll_s)
+    except queue.Empty:
+      # A learner that died cannot stop us, and one that stopped answering is as good as gone.
+      if parent is not None and not parent.is_alive():
+        return None
+      oldest = actor.oldest_request()
+      if timeout is not None and oldest is not None and time.monotonic() - oldest > timeout:
+        return f"a request waited more than request_timeout_s={timeout} s for its response"
+      continue
+    if message is STOP:
+      return None
+    actor.handle(message)
+
+
+def _report_failure(outbox: Any, failure: ActorFailure) -> None:
+  print(failure.error, file=sys.stderr, flush=True)
+  try:
+    outbox.send(failure)
+  except OSError:
+    pass

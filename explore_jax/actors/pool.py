@@ -1,0 +1,486 @@
+"""ActorPool: the learner's side of the actors -- episodes out, prompts in, one batched policy call at a time.
+
+  with ActorPool(num_actors=2, tokenizer_dir=d, prompt_hook=hook, envs_per_actor=4) as pool:
+    results, metrics = pool.run(episode_specs, policy_fn)  # policy_fn(list[PromptRequest]) -> list[Response]
+
+`run` hands each actor up to `envs_per_actor` episodes (the least loaded first, another as one finishes),
+then loops: block until some actor says something, drain whatever else has arrived, call `policy_fn`
+once on every pending PromptRequest of every actor (central inference: one sampler call), and send each
+Response back to the actor that asked. Actors step their environments while `policy_fn` samples for the
+others. Results come back sorted by episode_id, whatever the timing.
+
+Transport. Each actor process has its own two channels, so no death can damage another actor's: a
+spawn-context Queue to it (its feeder thread means the learner never blocks on a slow or hung actor) and
+a one-way Pipe back (one writer per pipe: a process killed halfway through a message ruins only its own
+pipe, which is thrown away with it). The learner waits on every pipe and every process sentinel at once
+(multiprocessing.connection.wait), so it sees a death the moment it happens.
+
+Faults. An actor that dies, or that sends nothing for `episode_timeout_s` while it has work in hand (a
+spec or a response it has not answered; time the actor spends waiting for `policy_fn` never counts), is
+killed and replaced by a fresh process with the same actor_id. Results it sent before are kept; its
+unfinished episodes come back dropped (`EpisodeResult.error` says why, no steps) and are never retried
+here: the caller decides. An environment that raises drops only its episode (the actor sends the error).
+More than `max_restarts` replacements in one run raise RuntimeError, as does an actor that cannot start.
+When `run` raises (that, or an exception from `policy_fn`), the actors abandon the run's episodes
+(CancelEpisodes) and the pool serves the next run with the same processes.
+
+Spawned processes import the main module again (the usual `if __name__ == "__main__":` guard applies),
+and everything the prompt hook and the environments import: keep jax out of those modules. Each actor
+reports whether jax got loaded (`actor_info()`), and the pool warns when it did.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+import warnings
+import weakref
+from multiprocessing import connection
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from explore_jax.actors.actor import ActorConfig, actor_main
+from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EpisodeResult,
+                                         EpisodesCancelled, EpisodeSpec, PromptHook, PromptRequest, Response)
+
+PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
+
+# How long close() lets actors finish closing their environments before killing them.
+_CLOSE_GRACE_S = 5.0
+
+
+@dataclasses.dataclass
+class _Actor:
+  """The learner's view of one actor slot; its process is replaced on failure, the slot stays."""
+  actor_id: int
+  process: Any = None
+  inbox: Any = None            # Queue, learner -> actor
+  conn: Any = None             # Connection, actor -> learner
+  hello: Optional[ActorHello] = None
+  failure: Optional[str] = None
+  incarnation: int = 0
+  started_at: float = 0.0
+  live: dict[int, EpisodeSpec] = dataclasses.field(default_factory=dict)
+  owed: int = 0                # messages the actor has to answer (specs, responses, a cancellation)
+  last_progress: float = 0.0   # last message, or when it last got work while owing nothing
+  cancelling: bool = False     # what it sends before EpisodesCancelled belongs to a failed run
+
+  @property
+  def ready(self) -> bool:
+    return self.process is not None and self.hello is not None and not self.cancelling
+
+
+class _Run:
+  """The state of one `run` call: episodes still to hand out, results, counters."""
+
+  def __init__(self, specs: list[EpisodeSpec]):
+    self.total = len(specs)
+    self.pending = collections.deque(specs)
+    self.results: dict[int, EpisodeResult] = {}
+    self.restarts = 0
+    self.actor_drops = 0
+    self.policy_calls = 0
+    self.requests = 0
+    self.max_batch = 0
+    self.policy_seconds = 0.0
+    self.wait_seconds = 0.0
+
+  @property
+  def unfinished(self) -> bool:
+    return len(self.results) < self.total
+
+  def finish(self, result: EpisodeResult) -> None:
+    self.results[result.spec.episode_id] = result
+
+  def drop(self, spec: EpisodeSpec, error: str, actor_id: int) -> None:
+    self.results[spec.episode_id] = EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0,
+                                                  feedback="", error=error, actor_id=actor_id)
+    self.actor_drops += 1
+
+  def metrics(self, wall_seconds: float) -> dict[str, float]:
+    results = self.results.values()
+    dropped = sum(r.dropped for r in results)
+    return dict(
+        episodes=self.total,
+        episodes_done=self.total - dropped,
+        episodes_dropped=dropped,
+        dropped_by_env_errors=dropped - self.actor_drops,
+        dropped_by_actor_failures=self.actor_drops,
+        actor_restarts=self.restarts,
+        steps=sum(len(r.steps) for r in results),
+        truncated_prompts=sum(r.truncated_prompts for r in results),
+        policy_calls=self.policy_calls,
+        requests=self.requests,
+        mean_batch_size=self.requests / max(self.policy_calls, 1),
+        max_batch_size=self.max_batch,
+        policy_seconds=self.policy_seconds,
+        wait_seconds=self.wait_seconds,
+        wall_seconds=wall_seconds,
+    )
+
+
+class ActorPool:
+  """Actor processes that play episodes; `run` drives them with a central, batched policy.
+
+  Args:
+    num_actors: actor processes.
+    tokenizer_dir: a local directory with a Hugging Face tokenizer (the policy's).
+    prompt_hook: the method's prompt builder (protocol.PromptHook; picklable, importable without jax).
+    envs_per_actor: live episodes one actor interleaves.
+    max_prompt_tokens: longer prompts keep their last this-many tokens (counted in the metrics).
+    request_timeout_s: an actor whose request waits longer than this for its response takes the learner
+      for gone and exits (None: wait as long as the learner lives); must exceed the slowest policy_fn call.
+    episode_timeout_s: an actor silent this long while it has work in hand is hung: killed and replaced.
+    max_restarts: actor replacements allowed in one run before it raises RuntimeError.
+    start_timeout_s: how long a (re)started actor may take to load the tokenizer and say hello.
+    batch_wait_s: after the first request of a batch, how long to wait for more while actors are busy
+      (0: take what has arrived; larger batches, less overlap).
+  """
+
+  def __init__(self, num_actors: int, tokenizer_dir: str, prompt_hook: PromptHook, envs_per_actor: int = 4,
+               max_prompt_tokens: int = 2048, request_timeout_s: Optional[float] = None,
+               episode_timeout_s: float = 60.0, max_restarts: int = 3, start_timeout_s: float = 120.0,
+               batch_wait_s: float = 0.0):
+    for name, value, low in (("num_actors", num_actors, 1), ("envs_per_actor", envs_per_actor, 1),
+                             ("max_prompt_tokens", max_prompt_tokens, 1), ("max_restarts", max_restarts, 0)):
+      if value < low:
+        raise ValueError(f"{name} must be at least {low}, got {value}")
+    for name, value in (("episode_timeout_s", episode_timeout_s), ("start_timeout_s", start_timeout_s),
+                        ("request_timeout_s", request_timeout_s)):
+      if value is not None and value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    if batch_wait_s < 0:
+      raise ValueError(f"batch_wait_s must be non-negative, got {batch_wait_s}")
+    if not os.path.isdir(tokenizer_dir):
+      raise FileNotFoundError(f"tokenizer directory {tokenizer_dir} does not exist")
+    self.envs_per_actor = envs_per_actor
+    self.episode_timeout_s = episode_timeout_s
+    self.start_timeout_s = start_timeout_s
+    self.max_restarts = max_restarts
+    self.batch_wait_s = batch_wait_s
+    self._configs = [ActorConfig(i, os.path.abspath(tokenizer_dir), prompt_hook, envs_per_actor,
+                                 max_prompt_tokens, request_timeout_s) for i in range(num_actors)]
+    self._ctx = multiprocessing.get_context("spawn")
+    self._actors = [_Actor(i) for i in range(num_actors)]
+    self._warned_jax = False
+    # Actors are stopped even when the pool is dropped without close(), or at interpreter exit.
+    self._finalizer = weakref.finalize(self, _shutdown, self._actors)
+    try:
+      for actor in self._actors:
+        self._spawn(actor)
+      while not all(actor.ready for actor in self._actors):
+        self._poll(None, self._next_timeout())
+    except BaseException:
+      self.close()
+      raise
+
+  # ---- public -----------------------------------------------------------------------------------------
+
+  def actor_pids(self) -> list[Optional[int]]:
+    """The process id of each actor slot (None while a slot has no process)."""
+    return [None if a.process is None else a.process.pid for a in self._actors]
+
+  def actor_info(self) -> list[Optional[ActorHello]]:
+    """What each current actor process reported when it started (None until it has)."""
+    return [a.hello for a in self._actors]
+
+  def run(self, episode_specs: Iterable[EpisodeSpec], policy_fn: PolicyFn
+          ) -> tuple[list[EpisodeResult], dict[str, float]]:
+    """Plays every episode to its end or drops it; returns the results by episode_id and the metrics."""
+    if not self._finalizer.alive:
+      raise RuntimeError("the ActorPool is closed")
+    specs = list(episode_specs)
+    ids = [spec.episode_id for spec in specs]
+    if len(set(ids)) != len(ids):
+      raise ValueError(f"episode ids must be unique in a run, got duplicates "
+                       f"{sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
+    run = _Run(specs)
+    start = time.monotonic()
+    try:
+      self._revive(run)
+      while run.unfinished:
+        self._assign(run)
+        batch = self._collect(run)
+        if batch:
+          self._answer(run, batch, policy_fn)
+    except BaseException:
+      # Actors holding episodes of this run would answer into the next one.
+      self._abort()
+      raise
+    results = [run.results[i] for i in sorted(run.results)]
+    return results, run.metrics(time.monotonic() - start)
+
+  def close(self) -> None:
+    """Stops every actor (STOP, then a kill after a grace period) and reaps the processes."""
+    self._finalizer()
+
+  def __enter__(self) -> "ActorPool":
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
+
+  # ---- processes --------------------------------------------------------------------------------------
+
+  def _spawn(self, actor: _Actor) -> None:
+    inbox = self._ctx.Queue()
+    reader, writer = self._ctx.Pipe(duplex=False)
+    process = self._ctx.Process(target=actor_main, args=(self._configs[actor.actor_id], inbox, writer),
+                                name=f"explore_jax-actor-{actor.actor_id}", daemon=True)
+    try:
+      process.start()
+    except BaseException:
+      inbox.close()
+      reader.close()
+      raise
+    finally:
+      writer.close()  # the child's copy is the only writer left, so its death reads as EOF here
+    actor.process, actor.inbox, actor.conn = process, inbox, reader
+    actor.hello = actor.failure = None
+    actor.cancelling = False
+    actor.incarnation += 1
+    actor.started_at = actor.last_progress = time.monotonic()
+    actor.live, actor.owed = {}, 0
+
+  def _replace(self, actor: _Actor, run: Optional[_Run], reason: str) -> None:
+    """Kills an actor's process, keeps what it managed to send, drops the rest, starts a new one."""
+    process = actor.process
+    if process.is_alive():
+      process.kill()
+    process.join()
+    self._drain(actor, run)
+    # An actor that explains why it cannot start would fail the same way again; outside a run there is
+    # no restart budget to spend on one that just died.
+    if actor.hello is None and (actor.failure is not None or run is None):
+      failure = actor.failure or f"exit code {process.exitcode} (its stderr may say why)"
+      _release(actor)
+      raise RuntimeError(f"actor {actor.actor_id} failed to start: {failure}")
+    detail = reason + (f"; it reported: {actor.failure}" if actor.failure else "")
+    live = list(actor.live.values())
+    _release(actor)
+    if run is not None:
+      for spec in live:
+        run.drop(spec, f"dropped: {detail}", actor.actor_id)
+      run.restarts += 1
+      if run.restarts > self.max_restarts:
+        raise RuntimeError(f"actors were replaced {run.restarts} times in this run, more than "
+                           f"max_restarts={self.max_restarts}; the last time: {detail}")
+    self._spawn(actor)
+
+  def _revive(self, run: _Run) -> None:
+    """Gives every slot a live process before a run (after an aborted run, or a death between runs)."""
+    for actor in self._actors:
+      if actor.process is None:
+        self._spawn(actor)
+      elif not actor.process.is_alive():
+        self._replace(actor, run, f"actor {actor.actor_id} {_exit_text(actor.process)} between runs")
+
+  def _abort(self) -> None:
+    """After a failed run: actors drop its episodes (a hung one is caught by the usual deadline)."""
+    for actor in self._actors:
+      if actor.process is not None and actor.hello is not None and not actor.cancelling and (
+          actor.live or actor.owed):
+        actor.live, actor.owed = {}, 0
+        actor.cancelling = True
+        self._hand_over(actor, CancelEpisodes())
+
+  # ---- the loop ---------------------------------------------------------------------------------------
+
+  def _assign(self, run: _Run) -> None:
+    while run.pending:
+      free = [a for a in self._actors if a.ready and len(a.live) < self.envs_per_actor]
+      if not free:
+        return
+      actor = min(free, key=lambda a: (len(a.live), a.actor_id))
+      spec = run.pending.popleft()
+      actor.live[spec.episode_id] = spec
+      self._hand_over(actor, spec)
+
+  def _collect(self, run: _Run) -> list[tuple[PromptRequest, _Actor, int]]:
+    """Blocks for the first message, then takes whatever else has arrived (within batch_wait_s)."""
+    batch, _ = self._poll(run, self._next_timeout())
+    window_end = None
+    while True:
+      timeout = 0.0
+      if batch and window_end is None:
+        window_end = time.monotonic() + self.batch_wait_s
+      # More requests can only come from actors that still owe an answer.
+      if batch and self.batch_wait_s > 0 and any(a.owed for a in self._actors if a.ready):
+        timeout = max(0.0, window_end - time.monotonic())
+        next_deadline = self._next_timeout()
+        timeout = timeout if next_deadline is None else min(timeout, next_deadline)
+      more, arrived = self._poll(run, timeout)
+      batch += more
+      if not arrived:
+        return [(req, a, inc) for req, a, inc in batch if a.incarnation == inc and req.episode_id in a.live]
+
+  def _answer(self, run: _Run, batch: list[tuple[PromptRequest, _Actor, int]], policy_fn: PolicyFn) -> None:
+    # A canonical order: what the policy sees does not depend on which actor spoke first.
+    batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
+    requests = [req for req, _, _ in batch]
+    start = time.monotonic()
+    responses = list(policy_fn(requests))
+    run.policy_seconds += time.monotonic() - start
+    run.policy_calls += 1
+    run.requests += len(requests)
+    run.max_batch = max(run.max_batch, len(requests))
+    by_key = {(r.episode_id, r.step): r for r in responses}
+    wanted = [(r.episode_id, r.step) for r in requests]
+    if len(responses) != len(requests) or set(by_key) != set(wanted):
+      raise ValueError(f"policy_fn must return one Response per PromptRequest (same episode_id and step): "
+                       f"asked {sorted(wanted)}, got {sorted((r.episode_id, r.step) for r in responses)}")
+    for req, actor, incarnation in batch:
+      # The actor may have been replaced while the policy ran; its episodes are dropped already.
+      if actor.incarnation == incarnation and req.episode_id in actor.live:
+        self._hand_over(actor, by_key[(req.episode_id, req.step)])
+
+  def _hand_over(self, actor: _Actor, message: Any) -> None:
+    if actor.owed == 0:
+      actor.last_progress = time.monotonic()  # the silence clock starts now, not at its last message
+    actor.owed += 1
+    actor.inbox.put(message)
+
+  def _next_timeout(self) -> Optional[float]:
+    """Seconds until the nearest start or hang deadline (None: nothing is due)."""
+    deadlines = []
+    for a in self._actors:
+      if a.process is None:
+        continue
+      if a.hello is None:
+        deadlines.append(a.started_at + self.start_timeout_s)
+      elif a.owed:
+        deadlines.append(a.last_progress + self.episode_timeout_s)
+    return None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
+
+  def _poll(self, run: Optional[_Run], timeout: Optional[float]
+            ) -> tuple[list[tuple[PromptRequest, _Actor, int]], int]:
+    """Waits up to `timeout`, handles messages, deaths and deadlines; -> (requests, channels that spoke)."""
+    watched = {}
+    for a in self._actors:
+      if a.process is not None:
+        watched[a.conn] = a
+        watched[a.process.sentinel] = a
+    start = time.monotonic()
+    ready = connection.wait(list(watched), timeout)
+    if run is not None and timeout != 0:
+      run.wait_seconds += time.monotonic() - start
+    batch: list[tuple[PromptRequest, _Actor, int]] = []
+    dead: dict[int, _Actor] = {}
+    for obj in ready:
+      actor = watched[obj]
+      if obj is actor.conn:
+        if not self._read(actor, run, batch):
+          dead[actor.actor_id] = actor
+      else:
+        dead[actor.actor_id] = actor
+    for actor in dead.values():
+      self._replace(actor, run, f"actor {actor.actor_id} (pid {actor.process.pid}) "
+                    f"{_exit_text(actor.process, wait=True)}")
+    self._check_deadlines(run)
+    return batch, len(ready)
+
+  def _read(self, actor: _Actor, run: Optional[_Run], batch: list) -> bool:
+    """Handles every message waiting on an actor's pipe; False when the pipe has closed (it died)."""
+    try:
+      while actor.conn.poll():
+        self._on_message(actor, actor.conn.recv(), run, batch)
+    except (EOFError, OSError, pickle.UnpicklingError):
+      return False
+    return True
+
+  def _drain(self, actor: _Actor, run: Optional[_Run]) -> None:
+    """Reads the complete messages a dead actor left (its finished results count; requests do not)."""
+    self._read(actor, run, [])
+
+  def _on_message(self, actor: _Actor, message: Any, run: Optional[_Run], batch: list) -> None:
+    actor.last_progress = time.monotonic()
+    if isinstance(message, ActorHello):
+      actor.hello = message
+      if message.jax_imported and not self._warned_jax:
+        self._warned_jax = True
+        warnings.warn(f"actor {message.actor_id} imported jax: the prompt hook, the environments or the main "
+                      f"module import it at module level", RuntimeWarning, stacklevel=2)
+    elif isinstance(message, ActorFailure):
+      actor.failure = message.error
+    elif actor.cancelling:
+      if isinstance(message, EpisodesCancelled):
+        actor.cancelling = False
+        actor.owed -= 1
+    elif isinstance(message, (PromptRequest, EpisodeResult)):
+      episode_id = message.episode_id if isinstance(message, PromptRequest) else message.spec.episode_id
+      if episode_id not in actor.live:
+        raise RuntimeError(f"actor {actor.actor_id} sent a {type(message).__name__} for episode {episode_id}, "
+                           f"which it does not hold")
+      actor.owed -= 1
+      if isinstance(message, PromptRequest):
+        batch.append((message, actor, actor.incarnation))
+      else:
+        del actor.live[episode_id]
+        run.finish(message)
+    else:
+      raise RuntimeError(f"actor {actor.actor_id} sent an unknown message {type(message).__name__}")
+
+  def _check_deadlines(self, run: Optional[_Run]) -> None:
+    now = time.monotonic()
+    for actor in self._actors:
+      if actor.process is None:
+        continue
+      if actor.hello is None and now - actor.started_at > self.start_timeout_s:
+        _release(actor)
+        raise RuntimeError(f"actor {actor.actor_id} did not start within start_timeout_s={self.start_timeout_s} s")
+      if actor.hello is not None and actor.owed and now - actor.last_progress > self.episode_timeout_s:
+        self._replace(actor, run, f"actor {actor.actor_id} (pid {actor.process.pid}) hung: nothing from it for "
+                      f"{now - actor.last_progress:.1f} s with work in hand (episode_timeout_s="
+                      f"{self.episode_timeout_s}); it was killed")
+
+
+def _exit_text(process: Any, wait: bool = False) -> str:
+  if wait:
+    # Its pipe closes a moment before it exits.
+    process.join(1.0)
+  code = process.exitcode
+  if code is None:
+    return "closed its pipe"
+  if code < 0:
+    try:
+      return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+      return f"was killed by signal {-code}"
+  return f"died with exit code {code}"
+
+
+def _release(actor: _Actor) -> None:
+  """Kills (if needed) and reaps an actor's process and closes its channels."""
+  if actor.process is not None:
+    if actor.process.is_alive():
+      actor.process.kill()
+    actor.process.join()
+    actor.process.close()
+  if actor.inbox is not None:
+    # Responses still queued for a dead actor must not keep the learner from exiting.
+    actor.inbox.cancel_join_thread()
+    actor.inbox.close()
+  if actor.conn is not None:
+    actor.conn.close()
+  actor.process = actor.inbox = actor.conn = None
+  actor.hello = None
+  actor.cancelling = False
+  actor.live, actor.owed = {}, 0
+
+
+def _shutdown(actors: list[_Actor]) -> None:
+  for actor in actors:
+    if actor.process is not None and actor.process.is_alive():
+      try:
+        actor.inbox.put(STOP)
+      except (OSError, ValueError):
+        pass
+  deadline = time.monotonic() + _CLOSE_GRACE_S
+  for actor in actors:
+    if actor.process is not None:
+      actor.process.join(max(0.0, deadline - time.monotonic()))
+    _release(actor)

@@ -1,0 +1,73 @@
+"""What the actor tests need inside spawned actors: a KeyDoor that fails on demand, and a prompt hook.
+
+Spawned processes import by module path, so these live in a module (not in a test file) that the child
+imports as `tests.actors.actor_fixtures` (the repository root is on sys.path, and spawn passes it on).
+No jax here: importing this module in an actor must keep it jax-free.
+"""
+
+import sys
+import time
+
+import gymnasium
+
+from explore_jax.envs import KeyDoorEnv
+
+FAULTY_ID = "explore_jax_tests/FaultyKeyDoor-v0"
+# `module:id` makes gymnasium import this module (and so register the id) in whichever process makes it.
+FAULTY_ENV = f"{__name__}:{FAULTY_ID}"
+
+if FAULTY_ID not in gymnasium.registry:
+  gymnasium.register(id=FAULTY_ID, entry_point=f"{__name__}:FaultyKeyDoor")
+
+
+class FaultyKeyDoor(KeyDoorEnv):
+  """KeyDoor failing where an episode's reset options say: raise_on_reset, raise_at_step, hang_at_step."""
+
+  def reset(self, *, seed=None, options=None):
+    options = dict(options or {})
+    self.faults = {k: options.pop(k) for k in ("raise_at_step", "hang_at_step") if k in options}
+    if options.pop("raise_on_reset", False):
+      raise RuntimeError("injected fault on reset")
+    return super().reset(seed=seed, options=options)
+
+  def step(self, response):
+    step = self.steps + 1
+    if self.faults.get("raise_at_step") == step:
+      raise RuntimeError(f"injected fault at step {step}")
+    if self.faults.get("hang_at_step") == step:
+      time.sleep(600)  # far past any timeout: the pool kills the actor long before
+    return super().step(response)
+
+
+def prompt(observation, history, context, info):
+  """The user message: an optional preamble (long prompts), the observation, and whether jax is loaded."""
+  content = f"{context.get('preamble', '')}{observation}\n[jax loaded: {'jax' in sys.modules}]"
+  return [{"role": "user", "content": content}]
+
+
+def failing_prompt(observation, history, context, info):
+  """A prompt hook that fails on an episode's second step (when there is history)."""
+  if history:
+    raise KeyError("no such tip")
+  return prompt(observation, history, context, info)
+
+
+# ---- the learner's side of the tests: a scripted policy and its replay --------------------------------
+
+def mirror(spec):
+  """A fault-free local copy of a spec's episode, reset like the actor resets it."""
+  env = KeyDoorEnv(**spec.env_kwargs)
+  options = {k: v for k, v in spec.reset_options.items() if k == "task_id"}
+  observation, info = env.reset(seed=spec.seed, options=options)
+  return env, observation, info
+
+
+def scripted_action(env, episode_id, step):
+  """The oracle's action, except a malformed one now and then (format reward 0)."""
+  return "dance!" if (episode_id + step) % 4 == 3 else env.oracle_action()
+
+
+def chat_text(observation, preamble=""):
+  """The tiny tokenizer's chat template written out by hand for `prompt`'s single user message."""
+  return (f"<|im_start|>user\n{preamble}{observation}\n[jax loaded: False]<|im_end|>\n"
+          f"<|im_start|>assistant\n")
