@@ -22,12 +22,16 @@ def get_config(variant: str = "grpo") -> ml_collections.ConfigDict:
   c.env.kwargs = ml_collections.ConfigDict({"num_rooms": 4, "num_distractors": 2})
   c.env.max_steps = 10
   c.system_prompt = ""           # the observation lists the actions; short prompts keep CPU steps cheap
-  c.rollout.num_tasks = 4
-  c.rollout.group_size = 8
-  c.rollout.max_prompt_tokens = 72
+  c.rollout.num_tasks = 8
+  c.rollout.group_size = 4
+  c.rollout.max_prompt_tokens = 112  # invalid-action observations reach ~104 tokens
   c.rollout.max_new_tokens = 8
   c.rl.minibatch_size = 64
-  c.optimizer.learning_rate = 1e-4
+  c.rl.epochs = 2
+  # Adam's first steps move every weight by ~lr whatever the gradient's size; with noisy policy gradients
+  # a warmup and a small rate keep the warm-started policy from being scrambled (2e-4 collapsed it).
+  c.optimizer.learning_rate = 5e-5
+  c.optimizer.warmup_steps = 10
   c.sft.enabled = True
   c.sft.oracle_episodes = 16
   c.sft.steps = 25
