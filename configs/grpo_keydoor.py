@@ -35,5 +35,5 @@ def get_config(variant: str = "grpo") -> ml_collections.ConfigDict:
   c.sft.enabled = True
   c.sft.oracle_episodes = 16
   c.sft.steps = 25
-  c.train.num_iterations = 40
+  c.train.num_iterations = 30
   return c
