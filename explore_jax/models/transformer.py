@@ -14,6 +14,11 @@ Attention works in cache *slots*: a query in slot i sees keys in slots j <= i th
 cache the slots are the T input positions; with one, the T new tokens are written at slots
 [cache.index, cache.index + T). Positions (for RoPE) are given explicitly per token, so left padding,
 right padding and packed rows all work; `attention_mask` marks the real tokens.
+
+Two layer loops: without a cache (training, scoring) the layers run under `lax.scan`, which keeps compile
+time flat in depth. With a cache (sampling) they are unrolled over one [B, kv_heads, S, head_dim] buffer
+per layer: a decode step then updates each buffer in place and feeds it to the attention dots as it is,
+where slicing a stacked [L, ...] cache inside a scan costs two copies of the cache per token.
 """
 
 from __future__ import annotations
@@ -34,11 +39,11 @@ _NEG = -1e30  # finite, so a query with no visible key (a padding row) gets a un
 
 
 class KVCache(NamedTuple):
-  """Preallocated keys/values for every layer, the validity of each slot and the next slot to write."""
-  k: jax.Array      # [L, B, S, kv_heads, head_dim]
-  v: jax.Array      # [L, B, S, kv_heads, head_dim]
-  mask: jax.Array   # [B, S] bool: slot holds a real token
-  index: jax.Array  # [] int32: next slot to write
+  """Preallocated keys/values of every layer, the validity of each slot and the next slot to write."""
+  k: tuple[jax.Array, ...]  # L x [B, kv_heads, S, head_dim]
+  v: tuple[jax.Array, ...]  # L x [B, kv_heads, S, head_dim]
+  mask: jax.Array           # [B, S] bool: slot holds a real token
+  index: jax.Array          # [] int32: next slot to write
 
 
 class ModelOutput(NamedTuple):
@@ -166,12 +171,14 @@ class Model:
   def init_cache(self, batch: int, length: int) -> KVCache:
     """An empty KV cache of `length` slots in the compute dtype."""
     c = self.config
-    shape = (c.num_layers, batch, length, c.num_kv_heads, c.head_dim)
-    return KVCache(k=jnp.zeros(shape, c.jnp_dtype), v=jnp.zeros(shape, c.jnp_dtype),
+    shape = (batch, c.num_kv_heads, length, c.head_dim)
+    layers = range(c.num_layers)
+    return KVCache(k=tuple(jnp.zeros(shape, c.jnp_dtype) for _ in layers),
+                   v=tuple(jnp.zeros(shape, c.jnp_dtype) for _ in layers),
                    mask=jnp.zeros((batch, length), bool), index=jnp.zeros((), jnp.int32))
 
   def cache_axes(self) -> KVCache:
-    kv = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
+    kv = tuple(("batch", "kv_heads", "cache_length", "head_dim") for _ in range(self.config.num_layers))
     return KVCache(k=kv, v=kv, mask=("batch", "cache_length"), index=())
 
   # ---- forward ----------------------------------------------------------------------------------
@@ -206,8 +213,7 @@ class Model:
     x = self._constrain(x, ("batch", "length", "act_embed"))
     inv_freq = rope_inv_freq(c)
 
-    def layer(carry, lp):
-      x, ck, cv, i = carry
+    def attention_inputs(x, lp):
       h = _rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
       q = jnp.einsum("bte,ehd->bthd", h, lp["q"].astype(dt))
       k = jnp.einsum("bte,ehd->bthd", h, lp["k"].astype(dt))
@@ -218,47 +224,55 @@ class Model:
         q, k = _rms_norm(q, lp["q_norm"], c.rms_norm_eps), _rms_norm(k, lp["k_norm"], c.rms_norm_eps)
       q, k = _rope(q, positions, inv_freq), _rope(k, positions, inv_freq)
       q = self._constrain(q, ("batch", "length", "q_heads", "head_dim"))
-      if ck is not None:
-        ck = jax.lax.dynamic_update_slice(ck, k[None].astype(ck.dtype), (i, 0, start, 0, 0))
-        cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype), (i, 0, start, 0, 0))
-        k, v = ck[i], cv[i]
-      attn = _attention(q, k, v, visible)
+      # Keys and values head-major, [B, K, T, D]: the layout of the cache and of the attention dots.
+      return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+    def attention_out_and_mlp(x, lp, attn):
       attn = self._constrain(attn, ("batch", "length", "q_heads", "head_dim"))
       x = x + jnp.einsum("bthd,hde->bte", attn, lp["o"].astype(dt))
       x = self._constrain(x, ("batch", "length", "act_embed"))
-
       h = _rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
       gate = jnp.einsum("bte,ef->btf", h, lp["gate"].astype(dt))
       up = jnp.einsum("bte,ef->btf", h, lp["up"].astype(dt))
       act = self._constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
       x = x + jnp.einsum("btf,fe->bte", act, lp["down"].astype(dt))
-      x = self._constrain(x, ("batch", "length", "act_embed"))
-      return (x, ck, cv, i + 1), None
+      return self._constrain(x, ("batch", "length", "act_embed"))
 
-    if c.remat:
-      layer = jax.checkpoint(layer, prevent_cse=False)
-    ck, cv = (cache.k, cache.v) if cache is not None else (None, None)
-    (x, ck, cv, _), _ = jax.lax.scan(layer, (x, ck, cv, jnp.zeros((), jnp.int32)), params["layers"])
+    if cache is None:
+      def layer(x, lp):
+        q, k, v = attention_inputs(x, lp)
+        return attention_out_and_mlp(x, lp, _attention(q, k, v, visible)), None
+
+      if c.remat:
+        layer = jax.checkpoint(layer, prevent_cse=False)
+      x, _ = jax.lax.scan(layer, x, params["layers"])
+      new_cache = None
+    else:
+      ks, vs = list(cache.k), list(cache.v)
+      for i in range(c.num_layers):
+        lp = jax.tree.map(lambda p, i=i: p[i], params["layers"])
+        q, k, v = attention_inputs(x, lp)
+        ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
+        vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
+        x = attention_out_and_mlp(x, lp, _attention(q, ks[i], vs[i], visible))
+      new_cache = KVCache(k=tuple(ks), v=tuple(vs), mask=key_mask, index=start + T)
 
     hidden = _rms_norm(x, params["final_norm"], c.rms_norm_eps)
     head = params["embed"].T if c.tie_embeddings else params["lm_head"]
     logits = jnp.einsum("bte,ev->btv", hidden, head.astype(dt), preferred_element_type=jnp.float32)
     logits = self._constrain(logits, ("batch", "length", "vocab"))
-    new_cache = None
-    if cache is not None:
-      new_cache = KVCache(k=ck, v=cv, mask=key_mask, index=start + T)
     return ModelOutput(logits=logits, cache=new_cache, hidden=hidden if return_hidden else None)
 
 
 def _attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
-  """Grouped-query attention. q [B,T,H,D], k/v [B,S,K,D], visible [B,T,S] -> [B,T,H,D]."""
+  """Grouped-query attention. q [B,T,H,D], k/v [B,K,S,D], visible [B,T,S] -> [B,T,H,D]."""
   B, T, H, D = q.shape
-  K = k.shape[2]
+  K = k.shape[1]
   q = q.reshape(B, T, K, H // K, D)
-  scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
+  scores = jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
   scores = jnp.where(visible[:, None, None], scores, _NEG)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+  out = jnp.einsum("bkgts,bksd->btkgd", probs, v)
   return out.reshape(B, T, H, D)
 
 
