@@ -9,7 +9,7 @@ max |logits_ours - logits_transformers| over its real tokens, and, as its last l
 
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local checkpoint directory (config.json, safetensors, tokenizer).",
                               required=True)
@@ -19,7 +19,12 @@ _PROMPTS = flags.DEFINE_multi_string("prompt", None, "Prompts to compare on (rep
 
 
 def main(_):
+  logging.set_verbosity(logging.WARNING)
+  from transformers.utils import logging as hf_logging
+
   from explore_jax.hf import parity
+
+  hf_logging.disable_progress_bar()
 
   prompts = _PROMPTS.value or parity.DEFAULT_PROMPTS
   try:
