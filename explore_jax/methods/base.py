@@ -9,6 +9,7 @@ The loop asks the method, in order of an iteration:
   advantage_name/options the registered estimator and its options
   loss_config            the clipped-surrogate options
   keep_groups(...)       which task groups enter the update (DAPO's dynamic sampling)
+  update_aux(...)        updates of the method's own networks (RND, world model, q_phi) after the policy
 Baselines are methods too; they differ only in these answers.
 
 This package imports no jax at module level: actor processes unpickle prompt hooks defined here, and
@@ -108,6 +109,11 @@ class Method:
     if not self.config.rl.get("drop_uniform_groups", False):
       return set(group_returns)
     return {g for g, r in group_returns.items() if np.ptp(r) > 0}
+
+
+  def update_aux(self, records: Any, iteration: int) -> dict[str, float]:
+    """Trains the method's auxiliary networks on the iteration's records; returns metrics."""
+    return {}
 
 
 _METHODS: dict[str, type[Method]] = {}

@@ -6,7 +6,9 @@ One iteration:
   2. Finished episodes become fixed-shape `Records` in the device-resident replay.
   3. The method turns rewards into one scalar per step; the registered advantage estimator (by name) turns
      those into advantages under jit; DAPO-style methods drop groups without signal.
-  4. Minibatch epochs of the clipped policy loss (log-probs recomputed at the recorded temperatures).
+  4. Minibatch epochs of the clipped policy loss (log-probs recomputed at the recorded temperatures), with
+     the KL term against the initial policy when its coefficient is positive; then the method's own
+     auxiliary networks.
   5. Metrics, periodic evaluation, orbax checkpoint.
 
 Reproducibility: every random choice is a function of (seed, iteration, episode, step): environment
@@ -347,6 +349,7 @@ class Trainer:
              "temperatures": rec.temperatures, "behaviour_logprobs": rec.behaviour_logprobs,
              "advantages": adv, "valid": jnp.asarray(valid)}
     m.update(self.update(batch, iteration))
+    m.update(self.method.update_aux(rec, iteration))
     m["time_update_s"] = time.time() - t0
     m["advantage_abs_mean"] = float(jnp.sum(jnp.abs(adv)) / max(valid.sum(), 1))
     m["groups_kept"] = float(len(set(np.asarray(records.group_id)[valid].tolist())))

@@ -64,3 +64,18 @@ def test_invalid_rows_do_not_contribute():
   g2 = jax.grad(lambda p: rl_loss(model, p, clean, PolicyLossConfig())[0])(params)
   for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_kl_term_against_the_reference_is_zero_at_start_and_grows():
+  from explore_jax.train.rl_step import make_reference_logprobs
+
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  batch = sampled_batch(model, params)
+  batch["ref_logprobs"] = make_reference_logprobs(model)(params, batch)
+  cfg = PolicyLossConfig(kl_coef=0.1, kl_type="k3")
+  _, m0 = rl_loss(model, params, batch, cfg)
+  assert abs(float(m0["kl_loss"])) < 1e-6
+  moved = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.key(3), p.shape), params)
+  _, m1 = rl_loss(model, moved, batch, cfg)
+  assert float(m1["kl_loss"]) > 1e-4

@@ -1,0 +1,60 @@
+"""Methods as plug-ins: the registry, the group-relative variants' settings, jax-free prompt hooks."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import grpo_keydoor
+from explore_jax.methods import ObservationPrompt, make_method, registered_methods
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_registry_names_and_errors():
+  assert {"grpo", "dr_grpo", "dapo", "gigpo"} <= set(registered_methods())
+  c = grpo_keydoor.get_config()
+  c.method = "nonexistent"
+  with pytest.raises(KeyError, match="unknown method 'nonexistent'"):
+    make_method(c)
+
+
+@pytest.mark.parametrize("variant, advantage, aggregation, eps_high, drops", [
+    ("grpo", "grpo", "seq-mean-token-mean", 0.2, False),
+    ("dr_grpo", "grpo", "seq-mean-token-sum-norm", 0.2, False),
+    ("dapo", "grpo", "token-mean", 0.28, True),
+    ("gigpo", "gigpo", "token-mean", 0.2, False),
+])
+def test_variants_configure_the_papers_settings(variant, advantage, aggregation, eps_high, drops):
+  method = make_method(grpo_keydoor.get_config(variant))
+  loss = method.loss_config()
+  assert (method.name, method.advantage_name, loss.aggregation, loss.eps_high) == (variant, advantage, aggregation, eps_high)
+  assert method.advantage_options()["normalize_std"] == (variant != "dr_grpo")
+  groups = {0: np.array([1.0, 0.0]), 1: np.array([1.0, 1.0]), 2: np.array([0.0, 0.0])}
+  assert method.keep_groups(groups) == ({0} if drops else {0, 1, 2})  # DAPO drops groups with no signal
+
+
+def test_step_rewards_penalise_malformed_actions():
+  method = make_method(grpo_keydoor.get_config())
+  r = method.step_rewards(np.array([0.0, 1.0, 0.0]), np.array([1.0, 1.0, 0.0]), np.zeros((3, 0)))
+  np.testing.assert_allclose(r, [0.0, 1.0, -0.1])
+
+
+def test_negative_dual_clip_disables_it():
+  c = grpo_keydoor.get_config()
+  c.rl.loss.dual_clip = -1.0
+  assert make_method(c).loss_config().dual_clip is None
+
+
+def test_prompt_hook_unpickles_without_jax():
+  hook = ObservationPrompt(system="sys", history_steps=1)
+  messages = hook("obs 2", [("obs 1", "go right")], {}, {})
+  assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+  code = ("import pickle, sys; hook = pickle.loads(sys.stdin.buffer.read()); "
+          "hook('o', [], {}, {}); print('jax' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(hook), capture_output=True, cwd=REPO)
+  assert out.returncode == 0, out.stderr.decode()[-2000:]
+  assert out.stdout.decode().strip() == "False"
