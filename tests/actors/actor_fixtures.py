@@ -67,7 +67,11 @@ def scripted_action(env, episode_id, step):
   return "dance!" if (episode_id + step) % 4 == 3 else env.oracle_action()
 
 
-def chat_text(observation, preamble=""):
-  """The tiny tokenizer's chat template written out by hand for `prompt`'s single user message."""
-  return (f"<|im_start|>user\n{preamble}{observation}\n[jax loaded: False]<|im_end|>\n"
+def chat_text(observation, preamble="", jax_loaded=False):
+  """The tiny tokenizer's chat template written out by hand for `prompt`'s single user message.
+
+  `jax_loaded` is what the hook saw: False in actor processes; in-process tests pass their own
+  process's state, which depends on what other tests ran before them.
+  """
+  return (f"<|im_start|>user\n{preamble}{observation}\n[jax loaded: {jax_loaded}]<|im_end|>\n"
           f"<|im_start|>assistant\n")

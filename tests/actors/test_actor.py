@@ -3,6 +3,7 @@
 import dataclasses
 import pathlib
 import queue
+import sys
 import time
 
 import numpy as np
@@ -71,7 +72,7 @@ def test_an_episode_is_recorded_step_by_step_as_the_environment_played_it(tokeni
   for k, record in enumerate(result.steps):
     assert (record.episode_id, record.group_id, record.traj_id, record.step_index, record.actor_id) == (
         5, 2, 105, k, 7)
-    assert tokenizer.tokenizer.decode(record.prompt_ids) == actor_fixtures.chat_text(observation)
+    assert tokenizer.tokenizer.decode(record.prompt_ids) == actor_fixtures.chat_text(observation, jax_loaded='jax' in sys.modules)
     assert record.state_key == info["state_key"]  # the key of the observation the prompt showed
     text = actor_fixtures.scripted_action(env, 5, k)
     assert record.response_text == text and record.response.policy_version == 3
@@ -109,7 +110,7 @@ def test_a_long_prompt_keeps_its_last_tokens(tokenizer):
   actor.handle(s)
   request = sent[0]
   _, observation, _ = actor_fixtures.mirror(s)
-  full = tokenizer.tokenizer(actor_fixtures.chat_text(observation, s.context["preamble"]),
+  full = tokenizer.tokenizer(actor_fixtures.chat_text(observation, s.context["preamble"], "jax" in sys.modules),
                              add_special_tokens=False)["input_ids"]
   assert len(full) > 40 and request.prompt_ids == full[-40:]
   result = play(actor, sent, tokenizer, [], started=[s])[1]
@@ -125,7 +126,7 @@ def test_without_a_chat_template_the_contents_are_joined(tokenizer):
   actor.tokenizer = plain
   actor.handle(spec(3))
   _, observation, _ = actor_fixtures.mirror(spec(3))
-  expected = f"{observation}\n[jax loaded: False]"
+  expected = f"{observation}\n[jax loaded: {'jax' in sys.modules}]"
   assert sent[0].prompt_ids == plain.tokenizer(expected)["input_ids"]
 
 
