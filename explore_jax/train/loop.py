@@ -175,6 +175,9 @@ class Trainer:
   def to_records(self, results: list[EpisodeResult], iteration: int):
     rows = []
     for r in results:
+      if len(r.steps) > self.max_steps:
+        raise ValueError(f"an episode of {r.spec.env_id} ran {len(r.steps)} steps; config.env.max_steps="
+                         f"{self.max_steps} must bound the environment's episode length")
       for s in r.steps:
         rows.append({
             "prompt_tokens": np.asarray(s.prompt_ids[-self.prompt_len:], np.int32),
@@ -200,8 +203,10 @@ class Trainer:
         traj_ids=jnp.asarray(records.traj_id), step_ids=jnp.asarray(records.step_index),
         state_ids=jnp.asarray(intern_keys(np.asarray(records.state_key).tolist(), group.tolist())),
         invalid_action=jnp.asarray(np.asarray(records.format_reward) < 1.0),
+        # Ids are dense (state ids per group), so the estimators skip sorting; a group holds at most
+        # G * max_steps distinct states.
         layout=RecordLayout(num_groups=r.num_tasks, num_trajectories=r.num_tasks * r.group_size,
-                            max_steps=self.max_steps))
+                            max_steps=self.max_steps, num_states=r.group_size * self.max_steps))
     estimator = get_advantage_estimator(self.method.advantage_name)
     adv = _jit_estimator(estimator, tuple(sorted(self.method.advantage_options().items())))(step_records)
     return adv, valid
