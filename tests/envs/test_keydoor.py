@@ -1,5 +1,6 @@
 """KeyDoor: determinism, the oracle against a random policy, the grammar, gymnasium registration."""
 
+import functools
 import pathlib
 import warnings
 
@@ -168,8 +169,9 @@ def test_gymnasium_make_and_check_env_accept_the_text_spaces():
 
 
 def test_an_async_vector_env_without_shared_memory_returns_fresh_observations():
-  make = lambda: gymnasium.make("explore_jax/KeyDoor-v0")
-  vector = gymnasium.vector.AsyncVectorEnv([make, make], shared_memory=False, context="fork")
+  # spawn, not fork: forking a process in which jax runs threads can deadlock the child.
+  make = functools.partial(gymnasium.make, "explore_jax.envs:explore_jax/KeyDoor-v0")
+  vector = gymnasium.vector.AsyncVectorEnv([make, make], shared_memory=False, context="spawn")
   try:
     observations, _ = vector.reset(seed=[1, 2])
     assert list(observations) == [KeyDoorEnv().reset(seed=s)[0] for s in (1, 2)]
