@@ -129,7 +129,7 @@ def main(argv):
 
     history = Trainer(config, workdir).run()
     last = history[-1] if history else {}
-    print(f"[done] {len(history)} iterations; last: " + ", ".join(
+    print(f"[done] iteration {last.get('iteration', 0)}; last: " + ", ".join(
         f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))
     print(f"[done] run directory: {os.path.abspath(workdir)} (metrics.jsonl, curves.png, tensorboard/, checkpoints/)")
     return
