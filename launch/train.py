@@ -45,6 +45,7 @@ def foundation_run(config, workdir: str) -> dict:
   import numpy as np
 
   from explore_jax import hf, sampling
+  from explore_jax.hf.parity import padded_batch
   from explore_jax.models import Model
   from explore_jax.parallel import make_mesh
   from explore_jax.parallel.sharding import rules_from_config
@@ -61,13 +62,7 @@ def foundation_run(config, workdir: str) -> dict:
         f"{dict(mesh.shape)} ({time.time() - t0:.1f}s)")
 
   # Sampling with the method's per-segment temperatures (SGE: strategy at tau_s, code at tau).
-  ids = [tok(p, add_special_tokens=False)["input_ids"] for p in DEMO_PROMPTS]
-  width = max(map(len, ids))
-  prompt = np.full((len(ids) * 2, width), tok.pad_token_id, np.int32)
-  mask = np.zeros(prompt.shape, bool)
-  for r in range(prompt.shape[0]):
-    x = ids[r % len(ids)]
-    prompt[r, width - len(x):], mask[r, width - len(x):] = x, True
+  prompt, mask = padded_batch(tok, DEMO_PROMPTS * 2, padding_side="left")
   delimiter = tok(config.sge.strategy_delimiter, add_special_tokens=False)["input_ids"]
   params_sampling = sampling.sge_sampling_params(
       config.sge.strategy_temperature, config.sge.temperature, delimiter,

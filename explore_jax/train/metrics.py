@@ -73,13 +73,3 @@ def plot_curves(history: Sequence[Mapping[str, Any]], keys: Sequence[str], path:
   plt.close(fig)
   return path
 
-
-def ascii_curve(values: Sequence[float], width: int = 40) -> str:
-  """A one-line sparkline of `values` for terminal summaries."""
-  if not values:
-    return ""
-  bars = " ▁▂▃▄▅▆▇█"
-  step = max(1, math.ceil(len(values) / width))
-  pts = [sum(values[i:i + step]) / len(values[i:i + step]) for i in range(0, len(values), step)]
-  lo, hi = min(pts), max(pts)
-  return "".join(bars[int((p - lo) / (hi - lo + 1e-12) * (len(bars) - 1))] for p in pts)

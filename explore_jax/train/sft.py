@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from explore_jax.models.transformer import Model
 from explore_jax.parallel import sharding
@@ -46,10 +46,12 @@ def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array,
 def make_train_step(model: Model, optimizer: optax.GradientTransformation,
                     state_shardings: Optional[TrainState] = None,
                     loss_fn: Callable[..., tuple[jax.Array, dict]] = next_token_loss) -> Callable:
-  """`step(state, batch) -> (state, metrics)`, jitted with the state donated.
+  """`step(state, batch) -> (state, metrics)`: one optimizer update of `loss_fn(model, params, batch)`,
+  jitted with the state donated; a non-finite loss or gradient skips the update (metrics["skipped"]).
 
+  Every update in the project goes through here (SFT with the default loss, RL with `rl_step.rl_loss`).
   With `state_shardings` (from `train.state.state_shardings`) the state keeps its layout across steps;
-  the batch is laid out by the model's rules (batch over data and fsdp).
+  every batch array is split over its leading (record) axis by the model's rules (data and fsdp).
   """
 
   def step(state: TrainState, batch: Batch):
@@ -59,7 +61,7 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                      opt_state=opt_state)
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    metrics = {**metrics, "grad_norm": grad_norm, "skipped": (~ok).astype(jnp.int32)}
+    metrics = {**metrics, "loss": loss, "grad_norm": grad_norm, "skipped": (~ok).astype(jnp.int32)}
     return apply_if_finite(state, new, ok), metrics
 
   if state_shardings is None:
@@ -68,6 +70,6 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
   if mesh is None:
     raise ValueError("a sharded train step needs Model(config, mesh=..., rules=...)")
   replicated = NamedSharding(mesh, P())
-  batch_spec = NamedSharding(mesh, sharding.logical_to_spec(("batch", "length"), model.rules or (), mesh))
+  batch_spec = NamedSharding(mesh, sharding.logical_to_spec(("batch",), model.rules or (), mesh))
   return jax.jit(step, in_shardings=(state_shardings, batch_spec), out_shardings=(state_shardings, replicated),
                  donate_argnums=0)

@@ -68,4 +68,3 @@ def test_metrics_writer_resume_truncates_and_plots(tmp_path):
   assert any(p.name.startswith("events") for p in (tmp_path / "tensorboard").iterdir())
   png = metrics_lib.plot_curves(rows, ["success_rate", "return"], str(tmp_path / "c.png"))
   assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-  assert len(metrics_lib.ascii_curve([0, 1, 2, 3])) == 4
