@@ -13,6 +13,7 @@ def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.system_prompt = "You are an agent acting in a text environment. Reply with your next action only."
+  c.instruction = ""             # appended to every observation (e.g. SGE's strategy prompt)
 
   # The policy: "tiny" (built in, no downloads) or a local Hugging Face checkpoint directory.
   c.model = ml_collections.ConfigDict()
@@ -50,6 +51,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Rollouts: B tasks x G trajectories per iteration, stepped by actor processes.
   c.rollout = ml_collections.ConfigDict()
   c.rollout.num_tasks = 8        # B
+  c.rollout.task_pool = 0        # 0: a fresh task seed per group; N: tasks are seeds 0..N-1 (a held-in set)
   c.rollout.group_size = 8       # G: trajectories per task (the GRPO group)
   c.rollout.num_actors = 2
   c.rollout.envs_per_actor = 8
@@ -67,6 +69,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.minibatch_size = 64       # records per optimizer step
   c.rl.format_penalty = 0.1      # subtracted from a step's reward when its action is malformed
   c.rl.drop_uniform_groups = False  # DAPO dynamic sampling
+  c.rl.overlong_buffer = 0       # DAPO overlong shaping's L_cache in tokens (L_max = max_new_tokens); 0: off
+  c.rl.overlong_factor = 1.0
   c.rl.loss = ml_collections.ConfigDict()
   c.rl.loss.eps_low = 0.2        # epsilon_low
   c.rl.loss.eps_high = 0.2       # epsilon_high (clip-higher when > eps_low)
@@ -76,6 +80,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.loss.kl_type = "k3"
   c.rl.loss.kl_coef = 0.0        # beta; a reference policy is kept only when > 0
   c.rl.loss.entropy_coef = 0.0
+  c.rl.loss.entropy_advantage = False  # EntropyAdv: A' = A + min(alpha H, |A| / kappa)
+  c.rl.loss.entropy_adv_alpha = 0.4
+  c.rl.loss.entropy_adv_kappa = 2.0
 
   c.replay = ml_collections.ConfigDict()
   c.replay.iterations_kept = 2   # replay capacity in iterations' worth of records
@@ -88,11 +95,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.num_episodes = 32
   c.eval.temperature = 0.0       # greedy
   c.eval.seed_offset = 10_000_000  # held-out task seeds
+  c.eval.env_kwargs = ml_collections.ConfigDict()  # overrides of env.kwargs for evaluation (e.g. the split)
+  c.eval.passk_samples = 0       # n samples per task for pass@k of warm start and trained policy; 0: off
+  c.eval.passk_held_out_tasks = 0  # held-out tasks in that table (seeds seed_offset + i); train: rollout.task_pool
 
   # Warm start: SFT on demonstrations (a JSONL file, or the environment's oracle) before RL.
   c.sft = ml_collections.ConfigDict()
   c.sft.enabled = False
   c.sft.demonstrations = ""      # JSONL path; empty: generate with the environment's oracle
+  c.sft.env_kwargs = ml_collections.ConfigDict()  # overrides of env.kwargs for the oracle's episodes
   c.sft.oracle_episodes = 64
   c.sft.oracle_seed_offset = 20_000_000
   c.sft.steps = 200

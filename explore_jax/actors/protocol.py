@@ -52,6 +52,7 @@ class Response:
   temperatures: np.ndarray  # [L] float32
   segments: np.ndarray      # [L] int32
   policy_version: int
+  features: Optional[np.ndarray] = None  # [E] final hidden state at the last token, when the method asks (RND)
 
 
 @dataclasses.dataclass

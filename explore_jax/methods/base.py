@@ -30,26 +30,35 @@ DEFAULT_SYSTEM_PROMPT = "You are an agent acting in a text environment. Reply wi
 
 @dataclasses.dataclass(frozen=True)
 class ObservationPrompt:
-  """The plain agent prompt: a system message and the current observation (plus the last few steps).
+  """The plain agent prompt: a system message, the last few steps, and the current observation followed by
+  the instruction (e.g. SGE's strategy prompt, which every coding baseline shares).
 
   Picklable, so actor processes can run it.
   """
   system: str = DEFAULT_SYSTEM_PROMPT
   history_steps: int = 0
+  instruction: str = ""
 
   def __call__(self, observation: str, history: list[tuple[str, str]], context: dict[str, Any],
                info: dict[str, Any]) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": self.system}] if self.system else []
     for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
       messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
-    messages.append({"role": "user", "content": observation})
+    messages.append({"role": "user", "content": join_text(observation, self.instruction)})
     return messages
+
+
+def join_text(*parts: str) -> str:
+  """The non-empty parts, one paragraph each."""
+  return "\n".join(p for p in parts if p)
 
 
 class Method:
   """Base plug-in: plain on-policy group-relative RL. Subclasses override the hooks they change."""
 
   name = "base"
+  # Whether responses carry the policy's final hidden state at their last token (records' "features").
+  wants_features = False
 
   def __init__(self, config: Any):
     self.config = config
@@ -57,7 +66,8 @@ class Method:
   # ---- rollout -------------------------------------------------------------------------------------
   def prompt_hook(self) -> Callable[..., list[dict[str, str]]]:
     return ObservationPrompt(system=self.config.get("system_prompt", DEFAULT_SYSTEM_PROMPT),
-                             history_steps=self.config.get("history_steps", 0))
+                             history_steps=self.config.get("history_steps", 0),
+                             instruction=self.config.get("instruction", ""))
 
   def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
     return {}
@@ -82,10 +92,18 @@ class Method:
     """Restores what `state_dict` returned."""
 
   # ---- learning ------------------------------------------------------------------------------------
-  def step_rewards(self, task: np.ndarray, fmt: np.ndarray, intrinsic: np.ndarray) -> np.ndarray:
-    """The reward each step record contributes: the task reward, minus a penalty for malformed actions."""
-    penalty = float(self.config.rl.get("format_penalty", 0.0))
-    return task - penalty * (1.0 - fmt)
+  def step_rewards(self, records: Any) -> np.ndarray:
+    """The reward each step record contributes: the task reward, minus a penalty for malformed actions,
+    plus DAPO's overlong shaping when `rl.overlong_buffer` > 0 (`records` holds numpy or jax arrays)."""
+    task = np.asarray(records.task_reward, np.float32)
+    fmt = np.asarray(records.format_reward, np.float32)
+    rewards = task - float(self.config.rl.get("format_penalty", 0.0)) * (1.0 - fmt)
+    buffer = int(self.config.rl.get("overlong_buffer", 0))
+    if buffer > 0:
+      lengths = np.asarray(records.response_mask).sum(-1)
+      rewards = rewards + overlong_penalty(lengths, self.config.rollout.max_new_tokens, buffer,
+                                           float(self.config.rl.get("overlong_factor", 1.0)))
+    return rewards
 
   @property
   def advantage_name(self) -> str:
@@ -101,7 +119,9 @@ class Method:
     loss = self.config.rl.loss
     return PolicyLossConfig(
         eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=optional(loss.dual_clip), aggregation=loss.aggregation,
-        max_len=loss.get("max_len"), kl_type=loss.kl_type, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef)
+        max_len=loss.get("max_len"), kl_type=loss.kl_type, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef,
+        entropy_advantage=loss.get("entropy_advantage", False), entropy_adv_alpha=loss.get("entropy_adv_alpha", 0.4),
+        entropy_adv_kappa=loss.get("entropy_adv_kappa", 2.0))
 
   def keep_groups(self, group_returns: dict[int, np.ndarray]) -> set[int]:
     """Task groups that enter the update. DAPO's dynamic sampling drops groups whose returns are all equal
@@ -129,7 +149,8 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
 
 
 # Modules whose import registers methods; loaded on first use of the registry.
-METHOD_MODULES = ("explore_jax.methods.grpo",)
+METHOD_MODULES = ("explore_jax.methods.grpo", "explore_jax.methods.sge", "explore_jax.methods.rlad",
+                  "explore_jax.methods.rnd")
 
 
 def _load_all() -> None:
@@ -151,6 +172,15 @@ def make_method(config: Any) -> Method:
 def registered_methods() -> list[str]:
   _load_all()
   return sorted(_METHODS)
+
+
+def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, factor: float = 1.0) -> np.ndarray:
+  """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): 0 up to L_max - L_cache, then falling
+  linearly to -1 at L_max (and -1 beyond):  R_len(y) = clip((L_max - L_cache - |y|) / L_cache, -1, 0)."""
+  if not 0 < buffer <= max_len:
+    raise ValueError(f"overlong buffer must be in (0, max_len={max_len}], got {buffer}")
+  lengths = np.asarray(lengths, np.float32)
+  return factor * np.clip((max_len - buffer - lengths) / buffer, -1.0, 0.0).astype(np.float32)
 
 
 def optional(value: Optional[float]) -> Optional[float]:

@@ -4,6 +4,7 @@
   Dr.GRPO  A = R - mean_g R; loss seq-mean-token-sum-norm (Liu et al. 2025)
   DAPO     token-mean; clip-higher (0.2, 0.28); groups with equal returns dropped (Yu et al. 2025)
   GiGPO    A = A^E + omega * A^S over anchor-state groups, gamma 0.95, omega 1 (Feng et al. 2025)
+  EntropyAdv  GRPO with A'_t = A + min(alpha H_t, |A| / kappa), H detached, alpha 0.4, kappa 2 (Cheng et al. 2025)
 
 A config picks one with `configure(config, name)`; every field stays overridable afterwards.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from explore_jax.methods.base import Method, register_method
 
-VARIANTS = ("grpo", "dr_grpo", "dapo", "gigpo")
+VARIANTS = ("grpo", "dr_grpo", "dapo", "gigpo", "entropy_adv")
 
 
 def configure(c: Any, name: str) -> Any:
@@ -28,10 +29,11 @@ def configure(c: Any, name: str) -> Any:
   if name == "gigpo":
     rl.advantage_options.update({"omega": 1.0, "gamma": 0.95})
   rl.loss.aggregation = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm",
-                         "dapo": "token-mean", "gigpo": "token-mean"}[name]
+                         "dapo": "token-mean", "gigpo": "token-mean", "entropy_adv": "seq-mean-token-mean"}[name]
   rl.loss.eps_low = 0.2
   rl.loss.eps_high = 0.28 if name == "dapo" else 0.2
   rl.drop_uniform_groups = name == "dapo"
+  rl.loss.entropy_advantage = name == "entropy_adv"
   return c
 
 

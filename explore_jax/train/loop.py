@@ -39,7 +39,7 @@ from explore_jax.parallel import make_mesh
 from explore_jax.parallel.sharding import rules_from_config
 from explore_jax.replay import RecordSpec, Replay, from_host
 from explore_jax.rl.advantages import RecordLayout, StepRecords, get_advantage_estimator, intern_keys
-from explore_jax.train import checkpoint, metrics as metrics_lib, sft, sft_data
+from explore_jax.train import checkpoint, evaluation, metrics as metrics_lib, sft, sft_data
 from explore_jax.train import state as state_lib
 from explore_jax.train.rl_step import make_reference_logprobs, make_rl_step
 
@@ -78,7 +78,9 @@ class Trainer:
     self.max_steps = int(config.env.max_steps)
     self.records_per_iteration = r.num_tasks * r.group_size * self.max_steps
     self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-    self.spec = RecordSpec(prompt_len=self.prompt_len, response_len=self.response_len, pad_id=self.pad_id)
+    extras = {"features": ((self.model.config.hidden_size,), np.float32)} if self.method.wants_features else {}
+    self.spec = RecordSpec(prompt_len=self.prompt_len, response_len=self.response_len, pad_id=self.pad_id,
+                           extras=extras)
     self.replay = Replay(self.spec, capacity=self.records_per_iteration * config.replay.iterations_kept,
                          mesh=self.mesh, rules=self.rules)
     self.sample_batch = r.num_actors * r.envs_per_actor
@@ -113,13 +115,15 @@ class Trainer:
         prompt[i, P - len(ids):], mask[i, P - len(ids):] = ids, True
         row_ids[i] = req.episode_id * (self.max_steps + 1) + req.step  # unique per (episode, step)
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
-                                 max_new_tokens=self.response_len, pad_id=self.pad_id)
+                                 max_new_tokens=self.response_len, pad_id=self.pad_id,
+                                 return_hidden=self.method.wants_features)
       s = jax.device_get(sample)
       for i, req in enumerate(chunk):
         n = int(s.lengths[i])
+        features = (np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if self.method.wants_features else None)
         out.append(Response(episode_id=req.episode_id, step=req.step, tokens=s.tokens[i, :n],
                             logprobs=s.logprobs[i, :n], temperatures=s.temperatures[i, :n],
-                            segments=s.segments[i, :n], policy_version=version))
+                            segments=s.segments[i, :n], policy_version=version, features=features))
     return out
 
   # ---- rollouts --------------------------------------------------------------------------------------
@@ -127,17 +131,20 @@ class Trainer:
     """B task groups of G episodes each; a group's episodes share the environment seed."""
     c = self.config
     rng = np.random.default_rng([c.seed, iteration, int(evaluation)])
+    env_kwargs = dict(c.env.kwargs)
     if evaluation:
       seeds = [c.eval.seed_offset + i for i in range(c.eval.num_episodes)]
       groups = [(s, 1) for s in seeds]
+      env_kwargs.update(c.eval.get("env_kwargs", {}))
     else:
-      groups = [(int(rng.integers(0, 2**31 - 1)), c.rollout.group_size) for _ in range(c.rollout.num_tasks)]
+      high = c.rollout.get("task_pool", 0) or 2**31 - 1  # a finite pool: tasks recur across iterations
+      groups = [(int(rng.integers(0, high)), c.rollout.group_size) for _ in range(c.rollout.num_tasks)]
     specs, traj = [], 0
     for g, (seed, size) in enumerate(groups):
       for _ in range(size):
         # Ids are unique within the iteration; the sampler's key is folded with the iteration.
         spec = EpisodeSpec(episode_id=traj, group_id=g, traj_id=traj, env_id=c.env.id,
-                           env_kwargs=dict(c.env.kwargs), seed=seed)
+                           env_kwargs=env_kwargs, seed=seed)
         if not evaluation:
           spec = dataclasses.replace(spec, context=self.method.episode_context(spec, rng))
         specs.append(spec)
@@ -186,14 +193,47 @@ class Trainer:
             "task_reward": s.task_reward, "format_reward": s.format_reward,
             "group_id": s.group_id, "traj_id": s.traj_id, "step_index": s.step_index,
             "actor_id": s.actor_id, "state_key": s.state_key, "policy_version": iteration, "done": s.done,
+            **({"features": s.response.features} if self.method.wants_features else {}),
         })
     return from_host(self.spec, rows, pad_to=self.records_per_iteration)
+
+  def pass_at_k_eval(self, pool: ActorPool, params: Any, *, label: str, held_out: bool
+                     ) -> evaluation.TaskSetEval:
+    """n = eval.passk_samples episodes of every task of a fixed set, sampled at the evaluation temperature
+    without any method context: the held-in training pool (seeds 0..rollout.task_pool-1) or the held-out
+    tasks (eval.env_kwargs, seeds eval.seed_offset + i for i < eval.passk_held_out_tasks)."""
+    c = self.config
+    env_kwargs = dict(c.env.kwargs)
+    if held_out:
+      env_kwargs.update(c.eval.get("env_kwargs", {}))
+      seeds = [c.eval.seed_offset + i for i in range(c.eval.passk_held_out_tasks)]
+    else:
+      seeds = list(range(c.rollout.task_pool))
+    n = c.eval.passk_samples
+    specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
+                         env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
+    key = jax.random.fold_in(self.key, 1_000_003 + int(held_out))  # the same samples for any params' stream
+    fn = functools.partial(self.policy_fn, params=params, key=key, version=-1, params_sampling=self.eval_sampling)
+    results, _ = pool.run(specs, fn)
+    return evaluation.summarize(label, results)
+
+  def write_pass_at_k(self, evals: list[evaluation.TaskSetEval]) -> str:
+    """summary.json, summary.md (the table) and pass_at_k.png in the run directory; returns the table."""
+    n = self.config.eval.passk_samples
+    ks = evaluation.powers_of_two(n)
+    text = evaluation.table(evals, ks)
+    with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+      json.dump({e.label: e.to_dict(range(1, n + 1)) for e in evals}, f, indent=2)
+    with open(os.path.join(self.workdir, "summary.md"), "w") as f:
+      f.write(f"# {self.config.method} on {self.config.env.id}\n\n{text}\n")
+    evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(self.workdir, "pass_at_k.png"),
+                              title=f"{self.config.method}: pass@k")
+    return text
 
   # ---- the update ------------------------------------------------------------------------------------
   def advantages(self, records) -> jax.Array:
     r = self.config.rollout
-    rewards = self.method.step_rewards(np.asarray(records.task_reward), np.asarray(records.format_reward),
-                                       np.asarray(records.intrinsic_rewards))
+    rewards = self.method.step_rewards(records)
     valid = np.asarray(records.valid)
     group = np.asarray(records.group_id)
     keep = self.method.keep_groups(_group_returns(rewards, group, np.asarray(records.traj_id), valid))
@@ -243,7 +283,8 @@ class Trainer:
     if not c.enabled:
       return self.initial_params
     key = _config_hash(self.checkpoint_dir, c.to_dict(), self.config.env.to_dict(), self.prompt_len,
-                       self.response_len, self.config.get("system_prompt"), self.config.seed)
+                       self.response_len, self.config.get("system_prompt"), self.config.get("instruction", ""),
+                       self.config.seed)
     cache = os.path.join(hf.cache_root(), "sft", key)
     abstract = checkpoint.abstract_like(jax.eval_shape(lambda: self.initial_params), self.shardings.params)
     with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
@@ -251,7 +292,8 @@ class Trainer:
         print(f"[sft] warm start reused from {cache}")
         return ck.restore(abstract).state
       demos = (sft_data.load_demonstrations(c.demonstrations) if c.demonstrations else
-               sft_data.oracle_sft_demos(self.config.env.id, dict(self.config.env.kwargs),
+               sft_data.oracle_sft_demos(self.config.env.id,
+                                         {**self.config.env.kwargs, **c.get("env_kwargs", {})},
                                          range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes),
                                          self.method.prompt_hook()))
       arrays = sft_data.tokenize_demos(self.tokenizer, demos, self.prompt_len, self.response_len)
@@ -308,8 +350,17 @@ class Trainer:
     from tqdm import tqdm
     bar = tqdm(range(start, c.train.num_iterations), initial=start, total=c.train.num_iterations,
                desc=f"{c.method}", unit="it", dynamic_ncols=True)
+    passk = c.eval.get("passk_samples", 0) > 0
+    warm_path = os.path.join(self.workdir, "pass_at_k_warm_start.json")
     try:
       with pool:
+        if passk and start == 0:
+          # The warm-start policy's pass@k, before any RL (kept on disk for a resumed run).
+          warm = [self.pass_at_k_eval(pool, self.state.params, label=f"warm start / {split}", held_out=held)
+                  for split, held in (("train", False), ("held-out", True))]
+          with open(warm_path, "w") as f:
+            json.dump([dataclasses.asdict(e) | {"samples": e.samples.tolist(), "successes": e.successes.tolist(),
+                                                "outcomes": e.outcomes.tolist()} for e in warm], f)
         if start == 0 and c.eval.every > 0:
           writer.write(0, {f"eval/{k}": v for k, v in self.collect(pool, 0, evaluation=True)[1].items()
                            if k in ("success_rate", "return")})
@@ -325,9 +376,19 @@ class Trainer:
           bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['return']:.2f}",
                           tok_s=f"{m['sample_tokens_per_s']:.0f}", sample=f"{m['time_sampling_s']:.1f}s",
                           env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s")
+        if passk:
+          trained = [self.pass_at_k_eval(pool, self.state.params, label=f"trained / {split}", held_out=held)
+                     for split, held in (("train", False), ("held-out", True))]
     finally:
       bar.close()
       writer.close()
+    if passk:
+      with open(warm_path) as f:
+        warm = [evaluation.TaskSetEval(e["label"], e["task_ids"], np.asarray(e["samples"]),
+                                       np.asarray(e["successes"]), np.asarray(e["outcomes"])) for e in json.load(f)]
+      text = self.write_pass_at_k([warm[0], trained[0], warm[1], trained[1]])
+      print(f"\n{text}\n[summary] {os.path.join(self.workdir, 'summary.md')}, "
+            f"{os.path.join(self.workdir, 'pass_at_k.png')}")
     history = writer.history
     metrics_lib.plot_curves(history, ["success_rate", "eval/success_rate", "return", "format_ok",
                                       "update/loss", "update/entropy"],

@@ -4,12 +4,14 @@ import os
 import pickle
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 from configs import grpo_keydoor
 from explore_jax.methods import ObservationPrompt, make_method, registered_methods
+from explore_jax.methods.base import overlong_penalty
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,10 +39,27 @@ def test_variants_configure_the_papers_settings(variant, advantage, aggregation,
   assert method.keep_groups(groups) == ({0} if drops else {0, 1, 2})  # DAPO drops groups with no signal
 
 
+def _records(task, fmt, lengths, width=16):
+  mask = np.arange(width)[None, :] < np.asarray(lengths)[:, None]
+  return types.SimpleNamespace(task_reward=np.asarray(task, np.float32), format_reward=np.asarray(fmt, np.float32),
+                               response_mask=mask)
+
+
 def test_step_rewards_penalise_malformed_actions():
   method = make_method(grpo_keydoor.get_config())
-  r = method.step_rewards(np.array([0.0, 1.0, 0.0]), np.array([1.0, 1.0, 0.0]), np.zeros((3, 0)))
+  r = method.step_rewards(_records([0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [3, 3, 3]))
   np.testing.assert_allclose(r, [0.0, 1.0, -0.1])
+
+
+def test_overlong_shaping_matches_dapo():
+  # L_max = 16, L_cache = 4: no penalty up to 12 tokens, then -(len - 12) / 4, reaching -1 at 16.
+  np.testing.assert_allclose(overlong_penalty(np.array([0, 12, 13, 14, 16]), 16, 4), [0, 0, -0.25, -0.5, -1.0])
+  c = grpo_keydoor.get_config()
+  c.rollout.max_new_tokens, c.rl.overlong_buffer, c.rl.format_penalty = 16, 4, 0.0
+  r = make_method(c).step_rewards(_records([1.0, 1.0, 0.0], [1, 1, 1], [10, 14, 16]))
+  np.testing.assert_allclose(r, [1.0, 0.5, -1.0])
+  with pytest.raises(ValueError, match="overlong buffer"):
+    overlong_penalty(np.array([1]), 16, 20)
 
 
 def test_negative_dual_clip_disables_it():

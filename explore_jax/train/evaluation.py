@@ -1,0 +1,126 @@
+"""Exploration metrics over a fixed task set: pass@k, success and distinct outcomes per task.
+
+pass@k uses the unbiased estimator of Chen et al. (2021): with n samples of a task of which c succeed,
+
+  pass@k = 1 - C(n - c, k) / C(n, k)          (computed as 1 - prod_{i=n-c+1}^{n} (1 - k / i))
+
+averaged over tasks; it needs n >= k. A task's distinct outcomes are the distinct outcome keys over every
+attempt of its n samples (coding: the set of failing tests, SGE's measure; environments without an
+`outcome` in their info fall back to the state key of the observation the attempt produced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+from explore_jax.actors.protocol import EpisodeResult
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """Unbiased pass@k of one task: n samples, c correct."""
+  if not 0 <= c <= n:
+    raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+  if not 1 <= k <= n:
+    raise ValueError(f"pass@{k} needs at least {k} samples per task, got n={n}")
+  if n - c < k:
+    return 1.0
+  return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def outcome_key(step_info: dict[str, Any], state_key: int) -> str:
+  """The outcome of one attempt: the environment's `outcome` (e.g. failing tests) or the state it led to."""
+  if "outcome" in step_info:
+    return json.dumps(step_info["outcome"], sort_keys=True)
+  return str(state_key)
+
+
+@dataclasses.dataclass
+class TaskSetEval:
+  """Per-task samples (n), successes (c) and distinct outcomes for one policy on one task set."""
+  label: str
+  task_ids: list[Any]
+  samples: np.ndarray      # [T] int
+  successes: np.ndarray    # [T] int
+  outcomes: np.ndarray     # [T] int: distinct outcome keys over all attempts
+
+  @property
+  def min_samples(self) -> int:
+    return int(self.samples.min()) if len(self.samples) else 0
+
+  def pass_at(self, k: int) -> float:
+    return float(np.mean([pass_at_k(int(n), int(c), k) for n, c in zip(self.samples, self.successes)]))
+
+  def curve(self, ks: Sequence[int]) -> dict[int, float]:
+    return {k: self.pass_at(k) for k in ks}
+
+  def to_dict(self, ks: Sequence[int]) -> dict[str, Any]:
+    return {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
+            "success_rate": float(self.successes.sum() / max(self.samples.sum(), 1)),
+            "pass_at_k": {str(k): v for k, v in self.curve(ks).items()},
+            "distinct_outcomes_per_task": float(self.outcomes.mean()) if len(self.outcomes) else 0.0,
+            "tasks_solved_at_least_once": int((self.successes > 0).sum())}
+
+
+def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
+  """Groups finished episodes by task (their seed) into a TaskSetEval; dropped episodes do not count."""
+  by_task: dict[Any, list[EpisodeResult]] = {}
+  for r in results:
+    if not r.dropped:
+      by_task.setdefault(r.spec.seed, []).append(r)
+  tasks = sorted(by_task)
+  outcomes = []
+  for t in tasks:
+    keys = {outcome_key(s.info, s.state_key) for r in by_task[t] for s in r.steps}
+    outcomes.append(len(keys))
+  return TaskSetEval(label=label, task_ids=tasks,
+                     samples=np.array([len(by_task[t]) for t in tasks], int),
+                     successes=np.array([sum(r.success for r in by_task[t]) for t in tasks], int),
+                     outcomes=np.array(outcomes, int))
+
+
+def powers_of_two(n: int) -> list[int]:
+  """1, 2, 4, ... up to n."""
+  ks, k = [], 1
+  while k <= n:
+    ks.append(k)
+    k *= 2
+  return ks
+
+
+def table(evals: Sequence[TaskSetEval], ks: Sequence[int]) -> str:
+  """A markdown table: one row per evaluation, pass@k columns, success and distinct outcomes."""
+  head = ["policy / tasks", "tasks", "n"] + [f"pass@{k}" for k in ks] + ["solved≥1", "distinct outcomes"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for e in evals:
+    row = [e.label, str(len(e.task_ids)), str(e.min_samples)]
+    row += [f"{e.pass_at(k):.3f}" for k in ks]
+    row += [f"{int((e.successes > 0).sum())}", f"{e.outcomes.mean():.2f}" if len(e.outcomes) else "-"]
+    lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def plot_pass_at_k(evals: Sequence[TaskSetEval], ks: Sequence[int], path: str, title: str = "") -> str:
+  """pass@k against k (log2 axis), one line per evaluation; returns the PNG's path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for e in evals:
+    ax.plot(list(ks), [e.pass_at(k) for k in ks], marker="o", label=e.label)
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel("k")
+  ax.set_ylabel("pass@k")
+  ax.set_ylim(0, 1)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  if title:
+    ax.set_title(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path

@@ -1,0 +1,48 @@
+"""pass@k's unbiased estimator against brute-force enumeration, per-task grouping, the summary table."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Response, StepRecord
+from explore_jax.train import evaluation
+
+
+@pytest.mark.parametrize("n, c", [(5, 0), (5, 1), (5, 3), (6, 6), (8, 2)])
+def test_pass_at_k_equals_the_fraction_of_k_subsets_with_a_success(n, c):
+  outcomes = [1] * c + [0] * (n - c)
+  for k in range(1, n + 1):
+    subsets = list(itertools.combinations(range(n), k))
+    brute = sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+    assert evaluation.pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+    assert evaluation.pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k), abs=1e-12)
+
+
+def test_pass_at_k_needs_enough_samples():
+  with pytest.raises(ValueError, match="pass@4 needs at least 4 samples"):
+    evaluation.pass_at_k(3, 1, 4)
+
+
+def _result(seed, success, outcomes, dropped=False):
+  resp = Response(0, 0, np.zeros(1, np.int32), np.zeros(1, np.float32), np.ones(1, np.float32),
+                  np.zeros(1, np.int32), 0)
+  steps = [StepRecord(0, 0, 0, i, 0, [1], resp, "", 0.0, 1.0, 0, False, success, {"outcome": o})
+           for i, o in enumerate(outcomes)]
+  return EpisodeResult(spec=EpisodeSpec(0, 0, 0, "x", seed=seed), steps=steps, success=success,
+                       total_reward=float(success), feedback="", error="died" if dropped else None)
+
+
+def test_summarize_groups_by_task_and_counts_distinct_outcomes():
+  results = [_result(0, False, [["t1"], ["t1", "t2"]]), _result(0, True, [["t1"], []]),
+             _result(1, False, [["t0"]]), _result(1, False, [["t0"]]), _result(1, True, [[]], dropped=True)]
+  e = evaluation.summarize("x", results)
+  assert e.task_ids == [0, 1]
+  np.testing.assert_array_equal(e.samples, [2, 2])
+  np.testing.assert_array_equal(e.successes, [1, 0])
+  np.testing.assert_array_equal(e.outcomes, [3, 1])
+  assert e.pass_at(1) == pytest.approx(0.25) and e.pass_at(2) == pytest.approx(0.5)
+  text = evaluation.table([e], [1, 2])
+  assert "| x | 2 | 2 | 0.250 | 0.500 | 1 | 2.00 |" in text
+  assert evaluation.powers_of_two(16) == [1, 2, 4, 8, 16]
