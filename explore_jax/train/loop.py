@@ -217,16 +217,18 @@ class Trainer:
     results, _ = pool.run(specs, fn)
     return evaluation.summarize(label, results)
 
-  def write_pass_at_k(self, evals: list[evaluation.TaskSetEval]) -> str:
-    """summary.json, summary.md (the table) and pass_at_k.png in the run directory; returns the table."""
-    n = self.config.eval.passk_samples
-    ks = evaluation.powers_of_two(n)
-    text = evaluation.table(evals, ks)
-    with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+  def write_pass_at_k(self, evals: list[evaluation.TaskSetEval], directory: Optional[str] = None) -> str:
+    """summary.json, summary.md (the table) and pass_at_k.png in `directory` (default: the run directory);
+    returns the table."""
+    directory = directory or self.workdir
+    os.makedirs(directory, exist_ok=True)
+    n = min(e.min_samples for e in evals)
+    text = evaluation.table(evals, evaluation.powers_of_two(n))
+    with open(os.path.join(directory, "summary.json"), "w") as f:
       json.dump({e.label: e.to_dict(range(1, n + 1)) for e in evals}, f, indent=2)
-    with open(os.path.join(self.workdir, "summary.md"), "w") as f:
+    with open(os.path.join(directory, "summary.md"), "w") as f:
       f.write(f"# {self.config.method} on {self.config.env.id}\n\n{text}\n")
-    evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(self.workdir, "pass_at_k.png"),
+    evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(directory, "pass_at_k.png"),
                               title=f"{self.config.method}: pass@k")
     return text
 
@@ -297,6 +299,9 @@ class Trainer:
                                          range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes),
                                          self.method.prompt_hook()))
       arrays = sft_data.tokenize_demos(self.tokenizer, demos, self.prompt_len, self.response_len)
+      # Columns that are padding in every row cost compute and change nothing: drop them (in steps of 16).
+      first = int(np.argmax(arrays["attention_mask"].any(0))) // 16 * 16
+      arrays = {k: v[:, first:] for k, v in arrays.items()}
       opt = state_lib.make_optimizer(c.learning_rate, max_grad_norm=1.0)
       sh = state_lib.state_shardings(self.model, opt, self.mesh, self.rules)
       st = state_lib.create_train_state(self.initial_params, opt, sh)
@@ -311,6 +316,22 @@ class Trainer:
             f"{np.mean(losses[-10:]):.3f} ({time.time() - t0:.0f}s); cached in {cache}")
       ck.save(0, st.params, metadata={"losses": losses[-10:], "demonstrations": len(demos)})
       return st.params
+
+  def make_pool(self) -> ActorPool:
+    c = self.config.rollout
+    return ActorPool(num_actors=c.num_actors, tokenizer_dir=self.checkpoint_dir,
+                     prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
+                     max_prompt_tokens=self.prompt_len, episode_timeout_s=c.episode_timeout_s)
+
+  def load_params(self, step: Optional[int] = None) -> Any:
+    """The policy parameters of this run's checkpoint `step` (default: the latest)."""
+    step = self.checkpointer.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {self.checkpointer.directory}")
+    abstract = checkpoint.abstract_like(
+        jax.eval_shape(lambda: state_lib.create_train_state(self.initial_params, self.optimizer)),
+        self.shardings)
+    return self.checkpointer.restore(abstract, step).state.params
 
   def save(self, iteration: int) -> None:
     if self.checkpointer.latest_step() == iteration:
@@ -344,9 +365,7 @@ class Trainer:
     c = self.config
     start = self.restore_or_init()
     writer = metrics_lib.MetricsWriter(self.workdir, resume_from=start if start > 0 else None)
-    pool = ActorPool(num_actors=c.rollout.num_actors, tokenizer_dir=self.checkpoint_dir,
-                     prompt_hook=self.method.prompt_hook(), envs_per_actor=c.rollout.envs_per_actor,
-                     max_prompt_tokens=self.prompt_len, episode_timeout_s=c.rollout.episode_timeout_s)
+    pool = self.make_pool()
     from tqdm import tqdm
     bar = tqdm(range(start, c.train.num_iterations), initial=start, total=c.train.num_iterations,
                desc=f"{c.method}", unit="it", dynamic_ncols=True)

@@ -10,20 +10,48 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train(*args, timeout=600):
+def _env(extra=None):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as a user has
+  return {**env, **(extra or {})}
+
+
+def train(*args, timeout=600, env=None):
   return subprocess.run([sys.executable, os.path.join(REPO, "launch", "train.py"), *args],
-                        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+                        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=_env(env))
 
 
-def test_default_config_runs_and_checkpoints(tmp_path):
-  run = train("--config=configs/sge_coding.py", f"--workdir={tmp_path}", "--config.sampling.max_new_tokens=16")
+SMALL = ("--config.train.num_iterations=1", "--config.sft.steps=2", "--config.sft.oracle_episodes=8",
+         "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2", "--config.rollout.group_size=2",
+         "--config.rollout.max_new_tokens=16", "--config.rl.overlong_buffer=4", "--config.eval.every=1",
+         "--config.eval.num_episodes=2", "--config.eval.passk_samples=2", "--config.eval.passk_held_out_tasks=2")
+
+
+def test_default_config_trains_evaluates_and_reports(tmp_path):
+  """The `make run` job in miniature: SFT warm start, an SGE iteration, pass@k table; then launch/eval.py."""
+  env = {"EXPLORE_JAX_CACHE": str(tmp_path / "cache")}
+  run = train("--config=configs/sge_coding.py", f"--workdir={tmp_path / 'run'}", *SMALL, env=env)
   assert run.returncode == 0, run.stderr[-3000:]
-  summary = json.load(open(tmp_path / "summary.json"))
-  assert summary["new_tokens"] > 0 and len(summary["losses"]) == 3
-  assert os.path.isdir(os.path.join(summary["checkpoint_dir"], "3"))
-  assert json.load(open(tmp_path / "config.json"))["sampling"]["max_new_tokens"] == 16
-  assert "not implemented yet" in run.stdout  # it says plainly what it does not do
+  assert "[sft]" in run.stdout and "pass@1" in run.stdout and "summary.md" in run.stdout
+  summary = json.load(open(tmp_path / "run" / "summary.json"))
+  assert set(summary) == {"warm start / train", "trained / train", "warm start / held-out", "trained / held-out"}
+  for entry in summary.values():
+    assert entry["tasks"] == 2 and entry["samples_per_task"] == 2
+    assert 0.0 <= entry["pass_at_k"]["1"] <= entry["pass_at_k"]["2"] <= 1.0
+    assert entry["distinct_outcomes_per_task"] >= 1.0
+  for name in ("pass_at_k.png", "curves.png", "metrics.jsonl", "summary.md"):
+    assert os.path.getsize(tmp_path / "run" / name) > 0
+  rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  assert rows[-1]["iteration"] == 1 and "sge/negative_reflections" in rows[-1]
+
+  ev = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
+                       f"--run={tmp_path / 'run'}", "--samples=2", "--splits=held-out",
+                       "--config.eval.passk_held_out_tasks=2", "--config.rollout.max_new_tokens=16"],
+                      capture_output=True, text=True, timeout=600, cwd=REPO, env=_env(env))
+  assert ev.returncode == 0, ev.stderr[-3000:]
+  evaluated = json.load(open(tmp_path / "run" / "eval-1" / "summary.json"))
+  assert list(evaluated) == ["step 1 / held-out"]
+  # The same checkpoint and sampling stream as the run's own final evaluation give the same numbers.
+  assert evaluated["step 1 / held-out"]["pass_at_k"] == summary["trained / held-out"]["pass_at_k"]
 
 
 @pytest.mark.parametrize("arg, message", [
@@ -35,6 +63,11 @@ def test_bad_override_is_one_line_naming_it(tmp_path, arg, message):
   assert run.returncode != 0
   lines = run.stderr.strip().splitlines()
   assert len(lines) == 1 and message in lines[0], run.stderr
+
+
+def test_unknown_method_is_named(tmp_path):
+  run = train("--config=configs/sge_coding.py", f"--workdir={tmp_path}", "--config.method=sgd", timeout=120)
+  assert run.returncode != 0 and "unknown method 'sgd'" in run.stderr.strip().splitlines()[-1]
 
 
 def test_unknown_variant_is_named(tmp_path):

@@ -1,0 +1,75 @@
+"""Evaluates a policy on a config's task sets: pass@k (unbiased, k = 1..n), success, distinct outcomes.
+
+  # a trained run (its latest checkpoint, or --step)
+  python launch/eval.py --config=configs/sge_coding.py --run=runs/sge_coding
+  # the warm-start policy of a config (the SFT cache), or a base model zero-shot (the paper's "Base")
+  python launch/eval.py --config=configs/sge_coding.py --policy=warm_start
+  python launch/eval.py --config=configs/sge_coding.py:paper --policy=base \\
+      --config.model.checkpoint=/path/to/Qwen3-4B-Instruct --config.env.kwargs.dataset=/path/to/train.jsonl ...
+
+Samples use the config's evaluation temperature, no method context (no reflection), n = --samples per
+task, on the held-in training tasks and the held-out tasks. Writes summary.md, summary.json and
+pass_at_k.png to --output (default: <run>/eval-<step>, or runs/eval-<config>-<policy>).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from explore_jax import cli  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].", lock_config=True)
+_RUN = flags.DEFINE_string("run", None, "A training run directory whose checkpoint to evaluate.")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step of --run (default: the latest).")
+_POLICY = flags.DEFINE_enum("policy", None, ["base", "warm_start"],
+                            "Without --run: the imported checkpoint as is (base) or after the config's SFT.")
+_SAMPLES = flags.DEFINE_integer("samples", None, "Samples per task (default: config.eval.passk_samples).")
+_SPLITS = flags.DEFINE_list("splits", ["train", "held-out"], "Task sets: train and/or held-out.")
+_OUTPUT = flags.DEFINE_string("output", None, "Where summary.md, summary.json and pass_at_k.png go.")
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if (_RUN.value is None) == (_POLICY.value is None):
+    raise app.UsageError("give exactly one of --run=<run directory> and --policy=base|warm_start")
+  unknown = set(_SPLITS.value) - {"train", "held-out"}
+  if unknown:
+    raise app.UsageError(f"unknown split(s) {sorted(unknown)}; known: train, held-out")
+  logging.set_verbosity(logging.WARNING)
+  config = _CONFIG.value
+  with config.unlocked():
+    if _SAMPLES.value is not None:
+      config.eval.passk_samples = _SAMPLES.value
+  if config.eval.passk_samples < 1:
+    raise app.UsageError("pass@k needs at least one sample per task (--samples)")
+  name = os.path.splitext(os.path.basename(flags.FLAGS["config"].config_filename))[0]
+  from explore_jax.train.loop import Trainer
+
+  if _RUN.value:
+    if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
+      raise app.UsageError(f"{_RUN.value} has no checkpoints/ directory")
+    trainer = Trainer(config, _RUN.value)
+    step = trainer.checkpointer.latest_step() if _STEP.value is None else _STEP.value
+    params, label = trainer.load_params(step), f"step {step}"
+    output = _OUTPUT.value or os.path.join(_RUN.value, f"eval-{step}")
+  else:
+    output = _OUTPUT.value or os.path.join("runs", f"eval-{name}-{_POLICY.value}")
+    trainer = Trainer(config, output)
+    params = trainer.initial_params if _POLICY.value == "base" else trainer.warm_start_params()
+    label = _POLICY.value.replace("_", " ")
+  sets = [(split, split == "held-out") for split in _SPLITS.value]
+  with trainer.make_pool() as pool:
+    evals = [trainer.pass_at_k_eval(pool, params, label=f"{label} / {split}", held_out=held) for split, held in sets]
+  text = trainer.write_pass_at_k(evals, output)
+  print(text)
+  print(f"[eval] {os.path.abspath(output)}: summary.md, summary.json, pass_at_k.png")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=cli.parse_flags)
