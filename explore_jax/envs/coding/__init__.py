@@ -1,7 +1,9 @@
-"""The coding environment: a sandbox that runs untrusted programs against tests.
+"""The coding environment: tasks and a sandbox that runs untrusted programs against tests.
 
   sandbox.py  run_program(program, tests) -> ExecutionResult: a fresh interpreter per call under
               resource limits, a user and network namespace where available, and an audit hook
+  tasks.py    CodingTask; the procedural family (the tiny model's), HumanEval, JSONL datasets
+              (MBPP, LeetCodeDataset, APPS); make_tasks(dataset) picks one by name
 
 No jax anywhere in this package: it runs in actor processes.
 """
@@ -11,4 +13,14 @@ from explore_jax.envs.coding.sandbox import (
     TestCase,
     network_isolation_available,
     run_program,
+)
+from explore_jax.envs.coding.tasks import (
+    OPS,
+    SPLITS,
+    CodingTask,
+    humaneval_tasks,
+    load_jsonl_tasks,
+    make_tasks,
+    procedural_split,
+    procedural_tasks,
 )
