@@ -3,6 +3,7 @@
 Importing this package registers the gymnasium ids (no jax is imported: actors step environments):
 
   explore_jax/KeyDoor-v0    KeyDoorEnv: find the key, open the door (the tiny model's environment)
+  explore_jax/Coding-v0     CodingEnv: programs run against tests in a sandbox (envs/coding/)
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
 
@@ -29,6 +30,7 @@ from explore_jax.envs.parallel import ParallelCopies
 
 _REGISTRY = {
     "explore_jax/KeyDoor-v0": "explore_jax.envs.keydoor:KeyDoorEnv",
+    "explore_jax/Coding-v0": "explore_jax.envs.coding.env:CodingEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
 }

@@ -1,13 +1,16 @@
-"""The coding environment: tasks and a sandbox that runs untrusted programs against tests.
+"""The coding environment: tasks, a sandbox for untrusted programs, and Coding-v0.
 
   sandbox.py  run_program(program, tests) -> ExecutionResult: a fresh interpreter per call under
               resource limits, a user and network namespace where available, and an audit hook
   tasks.py    CodingTask; the procedural family (the tiny model's), HumanEval, JSONL datasets
               (MBPP, LeetCodeDataset, APPS); make_tasks(dataset) picks one by name
+  env.py      CodingEnv ("explore_jax/Coding-v0"): strategy and code per attempt, failing tests as
+              the outcome, the failure message as feedback
 
 No jax anywhere in this package: it runs in actor processes.
 """
 
+from explore_jax.envs.coding.env import CodingEnv, extract_code
 from explore_jax.envs.coding.sandbox import (
     ExecutionResult,
     TestCase,
