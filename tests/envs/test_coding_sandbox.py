@@ -326,6 +326,16 @@ def test_stdin_tests_feed_the_input_and_check_the_output():
   assert run("exit(3)\n", [TestCase("t", "pass", "")]).status == "failed"
 
 
+def test_the_program_runs_as_a_module_and_only_stdin_programs_as_main():
+  program = ("from dataclasses import dataclass\nimport pickle\n\n@dataclass\nclass Box:\n"
+             "    x: 'int'\n\ndef f(x):\n    return pickle.loads(pickle.dumps(Box(x))).x * 3\n\n"
+             "if __name__ == '__main__':\n    print(input())\n")
+  assert run(program).passed  # dataclasses and pickle find the module; the demo does not run
+  result = run(program, [TestCase("t", "assert __output__ == 'hi\\n'", stdin="hi")])
+  assert result.passed, result
+  assert run("import __main__\nassert not hasattr(__main__, 'main')\n" + GOOD).passed
+
+
 def test_setup_runs_before_the_program_in_its_namespace():
   result = run("def f(x):\n    return floor(x * 3.5)\n", [TestCase("t", "assert f(2) == 7")],
                setup="from math import floor\n")

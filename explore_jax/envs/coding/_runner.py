@@ -393,12 +393,24 @@ def main():
       "blocked", zeros, "Blocked: the program tried to " + what)))
   del request
 
-  namespace = {"__name__": "__main__", "__builtins__": builtins}
+  module_type, modules = type(sys), sys.modules
+
+  def new_namespace(name):
+    """A module's namespace for the program, registered as `name` and as __main__ (so that
+    dataclasses and pickle find it, and `import __main__` does not give the runner)."""
+    module = module_type(name)
+    module.__dict__["__builtins__"] = builtins
+    modules[name] = modules["__main__"] = module
+    return module.__dict__
+
+  # A function-style program is not __main__, so its `if __name__ == "__main__":` demo does not run
+  # (as in HumanEval's own harness); a stdin/stdout program is.
+  namespace = new_namespace("solution")
   progress = ["", ""]  # the bits so far and the test running, for a timeout's report
 
   def run_on_input(code, stdin):
     """Run the program afresh with `stdin` as its input; its namespace, with `__output__`."""
-    fresh = {"__name__": "__main__", "__builtins__": builtins}
+    fresh = new_namespace("__main__")
     if setup_code is not None:
       exec_(setup_code, fresh)
     path = box + "/.stdin"
