@@ -3,7 +3,8 @@
 `sandbox.run_program` starts this file as `python -I -S -B _runner.py` (isolated mode, no site
 packages, no bytecode written) in a fresh directory, inside `unshare -rn` where that works. It is a
 script, not a module of the package, and imports only modules that are built in or loaded anyway
-when the interpreter starts (json and traceback would double its start-up time). In order it:
+when the interpreter starts (json, traceback or signal would each add a third to its start-up
+time). In order it:
 
 1. reads one marshal'd request from stdin (the program's source, the setup and tests compiled by
    the parent, the limits and a random token), then points stdin at /dev/null;
@@ -26,12 +27,12 @@ from reaching outside the process, not from inspecting the interpreter it runs i
 written to search the runner's frames for the token could find it.
 """
 
+import _signal as signal  # the C module: `signal` itself imports enum
 import builtins
 import io
 import marshal
 import os
 import resource
-import signal
 import sys
 
 ASSERT_MARK = "__explore_jax_assert__"   # first element of the message tuple of a rewritten assert
@@ -60,7 +61,8 @@ def make_hook(box, deny):
       "resource.setrlimit": "change its resource limits",
       "resource.prlimit": "change its resource limits",
       "fcntl.ioctl": "control a device (ioctl)",
-      "sqlite3.enable_load_extension": "load native code", "sqlite3.load_extension": "load native code",
+      "sqlite3.enable_load_extension": "load native code",
+      "sqlite3.load_extension": "load native code",
       "syslog.openlog": "write to the system log", "syslog.syslog": "write to the system log"}
   # event: (verb, indexes of its path arguments, indexes of its directory-descriptor arguments)
   changes = {
@@ -224,7 +226,8 @@ class Capture:
 
 def main():
   write, exit_, setitimer, timer = os.write, os._exit, signal.setitimer, signal.ITIMER_REAL
-  set_handler, ignore, timer_signals = signal.signal, signal.SIG_IGN, (signal.SIGALRM, signal.SIGXCPU)
+  set_handler, ignore = signal.signal, signal.SIG_IGN
+  timer_signals = (signal.SIGALRM, signal.SIGXCPU)
   exec_, compile_, isinstance_, len_, str_, type_ = exec, compile, isinstance, len, str, type
   text_wrapper, bytes_io, open_, os_open, lseek, unlink, dup2, close = (
       io.TextIOWrapper, io.BytesIO, io.open, os.open, os.lseek, os.unlink, os.dup2, os.close)
