@@ -177,13 +177,17 @@ def test_deleting_or_moving_a_file_outside_its_directory_is_blocked(tmp_path):
   _still_works()
 
 
-def test_links_directory_descriptors_and_permission_changes_are_blocked(tmp_path):
+def test_links_directories_permissions_and_databases_outside_are_blocked(tmp_path):
   cases = [("import os\nos.symlink('/etc', 'etc')\n", "create a link"),
            (f"import os\nos.link({str(tmp_path)!r}, 'x')\n", "create a link"),
            ("import os\nfd = os.open('/', os.O_RDONLY)\n", "open the directory /"),
-           ("import os\nos.chmod('.', 0)\n", "change file permissions")]
+           ("import os\nos.chmod('.', 0)\n", "change file permissions"),
+           (f"import sqlite3\nsqlite3.connect({str(tmp_path / 'db')!r})\n", "open a database at"),
+           (f"import sqlite3\nsqlite3.connect('file:{tmp_path}/db', uri=True)\n", "database by URI")]
   for program, phrase in cases:
     _failed_with(run(program), "blocked", phrase)
+  assert not (tmp_path / "db").exists()
+  assert run("import sqlite3\nsqlite3.connect('here.db').execute('create table t(x)')\n" + GOOD).passed
   _still_works()
 
 

@@ -69,7 +69,7 @@ def make_hook(box, deny):
       "os.remove": ("remove", (0,), (1,)), "os.rmdir": ("remove", (0,), (1,)),
       "shutil.rmtree": ("remove", (0,), (1,)), "os.mkdir": ("create", (0,), (2,)),
       "os.truncate": ("truncate", (0,), ()), "os.utime": ("change", (0,), (3,)),
-      "os.rename": ("move", (0, 1), (2, 3))}
+      "os.rename": ("move", (0, 1), (2, 3)), "sqlite3.connect": ("open a database at", (0,), ())}
 
   def shown(path):
     text = repr(path) if type_(path) is not str_ else path
@@ -168,7 +168,7 @@ def make_hook(box, deny):
       check_open(args)
     elif event == "import":
       check_import(args)
-    elif event in changes:
+    elif event in changes and event != "sqlite3.connect":
       check_change(event, args)
     elif event in processes:
       deny(f"start a process ({event})")
@@ -179,8 +179,10 @@ def make_hook(box, deny):
       deny(refused[event])
     elif event == "sqlite3.connect":
       database = args[0]
-      if database != ":memory:" and database != b":memory:" and database != "":
-        check_change("os.truncate", (database,))
+      if type_(database) is str_ and database.startswith("file:"):
+        deny("open a database by URI")
+      if not (type_(database) is str_ and (database == ":memory:" or database == "")):
+        check_change(event, args)
     elif event.startswith("socket."):
       deny("open a network socket")
     elif event.startswith("ctypes."):
