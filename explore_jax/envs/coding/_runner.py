@@ -191,6 +191,22 @@ def make_hook(box, deny):
   return hook
 
 
+def timer_handler(running, timeout):
+  """The SIGALRM and SIGXCPU handler: raise `timeout` while `running[0]`, and again 50 ms later.
+
+  Its own bindings, so that the program, which can reach signal handlers, reaches no name the
+  report uses.
+  """
+  setitimer, timer = signal.setitimer, signal.ITIMER_REAL
+
+  def on_timer(signum, frame):
+    if running[0]:
+      setitimer(timer, 0.05)  # should the program swallow this one
+      raise timeout()
+
+  return on_timer
+
+
 class Capture:
   """A text stream that keeps the first `limit` characters written to it and counts the rest."""
 
@@ -258,6 +274,7 @@ def main():
   capture = Capture(request["max_output"])
   escapes = {i: "\\u%04x" % i for i in range(32)}
   escapes.update({ord('"'): '\\"', ord("\\"): "\\\\"})
+
   def quote(text):
     return '"' + text.translate(escapes) + '"'
 
@@ -311,12 +328,7 @@ def main():
     pass
 
   running = [True]  # whether the timer interrupts: False once the runner handles the end
-
-  def on_timer(signum, frame):
-    if running[0]:
-      setitimer(timer, 0.05)  # and again soon, should the program swallow this one
-      raise Timeout()
-
+  on_timer = timer_handler(running, Timeout)
   signal.signal(signal.SIGALRM, on_timer)
   signal.signal(signal.SIGXCPU, on_timer)
   signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the size limit fails instead
