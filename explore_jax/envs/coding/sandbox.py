@@ -21,6 +21,13 @@ and the child reports on another unnamed file descriptor, prefixing its report w
 program that prints or writes a fake report cannot pass, and one that exits early or kills its own
 interpreter leaves no report, which counts as a crash.
 
+What the layers do not cover: reading files is allowed (the stdlib must load); RLIMIT_NPROC counts
+every process of the user and is ignored for root, so the audit hook's refusal of fork, exec and
+spawn is what stops fork bombs; and tests run in the program's interpreter, so a program can still
+game them from inside (an object whose __eq__ always holds, a rebound builtin a test calls, or the
+token read from the runner's frames). The sandbox contains programs; it does not make in-process
+test results tamper-proof, which no harness that runs tests next to the program does.
+
 Tests are Python statements run after the program in its namespace (`TestCase`); they are compiled
 here, once per distinct test, after each `assert` is rewritten so that a failure says which assert
 failed and, for `==`, the value it got: "assert f(5) == 8 (got 15)". A test with `stdin` runs the
