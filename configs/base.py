@@ -109,4 +109,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.sft.steps = 200
   c.sft.batch_size = 32
   c.sft.learning_rate = 1e-3
+  c.sft.seed = 0                 # the warm start's own seed: runs with different `seed`s share one warm start
   return c

@@ -46,6 +46,7 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
   c.rollout.task_pool = 32                       # the held-in training tasks: seeds 0..31 of the train split
   c.rollout.num_tasks = 4
   c.rollout.group_size = 8
+  c.rollout.envs_per_actor = 16                  # 2 actors x 16: the sampler's batch of 32 prompts
   c.rollout.temperature = 0.7
   c.rollout.max_prompt_tokens = 256
   c.rollout.max_new_tokens = 48
@@ -61,7 +62,7 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
   c.sft.env_kwargs = ml_collections.ConfigDict({"split": "sft", "num_tasks": 512, "attempts": 1})
   c.sft.oracle_seed_offset = 0
   c.sft.oracle_episodes = 512
-  c.sft.steps = 150
+  c.sft.steps = 120
   c.sft.batch_size = 32
   c.sft.learning_rate = 1e-3
 

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 from typing import Any, Optional
 
@@ -63,6 +64,7 @@ class Trainer:
     self.tokenizer = pre.tokenizer
     self.model = Model(pre.config.replace(remat=config.model.remat), mesh=self.mesh, rules=self.rules)
     self.method = make_method(config)
+    _check_environments(config)
 
     o = config.optimizer
     self.optimizer = state_lib.make_optimizer(o.learning_rate, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2,
@@ -103,9 +105,14 @@ class Trainer:
     """Samples a response for each request in fixed-shape batches. A row's randomness is keyed by its
     (episode, step), so the result does not depend on which requests happen to share a batch."""
     out: list[Response] = []
-    B, P = self.sample_batch, self.prompt_len
-    for start in range(0, len(requests), B):
-      chunk = requests[start:start + B]
+    B = self.sample_batch
+    # Prompts are sampled at their own length rounded up to 64 (a few compiled widths, far less prefill than
+    # max_prompt_tokens); a row's width depends on its prompt alone, never on which requests share its batch.
+    by_width: dict[int, list[PromptRequest]] = {}
+    for r in requests:
+      by_width.setdefault(min(self.prompt_len, -(-len(r.prompt_ids) // 64) * 64), []).append(r)
+    chunks = [(P, rs[i:i + B]) for P, rs in sorted(by_width.items()) for i in range(0, len(rs), B)]
+    for P, chunk in chunks:
       prompt = np.full((B, P), self.pad_id, np.int32)
       mask = np.zeros((B, P), bool)
       mask[:, -1] = True  # filler rows need one real token; their samples are discarded
@@ -258,6 +265,7 @@ class Trainer:
     valid_idx = np.flatnonzero(np.asarray(batch["valid"]))
     if valid_idx.size == 0:
       return {"update_skipped_no_signal": 1.0}
+    batch = _trim_prompt_padding(batch, valid_idx)
     if self.reference_logprobs is not None:
       batch = {**batch, "ref_logprobs": self.reference_logprobs(self.reference_params, batch)}
     rng = np.random.default_rng([self.config.seed, iteration, 7])
@@ -279,15 +287,17 @@ class Trainer:
     return {f"update/{k}": v / count for k, v in sums.items()} | {"update/minibatches": float(count)}
 
   # ---- warm start, checkpoints -----------------------------------------------------------------------
+  def warm_start_key(self) -> str:
+    """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout."""
+    return _config_hash(self.checkpoint_dir, self.config.sft.to_dict(), self.config.env.to_dict(), self.prompt_len,
+                        self.response_len, self.config.get("system_prompt"), self.config.get("instruction", ""))
+
   def warm_start_params(self) -> Any:
     """SFT on oracle demonstrations (or a JSONL file), cached across runs by what determines it."""
     c = self.config.sft
     if not c.enabled:
       return self.initial_params
-    key = _config_hash(self.checkpoint_dir, c.to_dict(), self.config.env.to_dict(), self.prompt_len,
-                       self.response_len, self.config.get("system_prompt"), self.config.get("instruction", ""),
-                       self.config.seed)
-    cache = os.path.join(hf.cache_root(), "sft", key)
+    cache = os.path.join(hf.cache_root(), "sft", self.warm_start_key())
     abstract = checkpoint.abstract_like(jax.eval_shape(lambda: self.initial_params), self.shardings.params)
     with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
       if ck.latest_step() is not None:
@@ -306,7 +316,7 @@ class Trainer:
       sh = state_lib.state_shardings(self.model, opt, self.mesh, self.rules)
       st = state_lib.create_train_state(self.initial_params, opt, sh)
       step = sft.make_train_step(self.model, opt, sh)
-      rng = np.random.default_rng([self.config.seed, 99])
+      rng = np.random.default_rng([c.seed, 99])
       t0, losses = time.time(), []
       for i in range(c.steps):
         idx = rng.choice(len(demos), size=c.batch_size, replace=len(demos) < c.batch_size)
@@ -371,15 +381,29 @@ class Trainer:
                desc=f"{c.method}", unit="it", dynamic_ncols=True)
     passk = c.eval.get("passk_samples", 0) > 0
     warm_path = os.path.join(self.workdir, "pass_at_k_warm_start.json")
+    # The warm start's pass@k depends on neither the RL seed nor the method: evaluation prompts carry no method
+    # context and every token is sampled at eval.temperature. It is cached next to the warm start and shared
+    # by every run that evaluates the same policy the same way.
+    warm_cache = os.path.join(hf.cache_root(), "pass_at_k", _config_hash(
+        self.warm_start_key(), c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
+        c.get("instruction", ""), c.get("system_prompt")) + ".json")
     try:
       with pool:
-        if passk and start == 0:
+        if passk and start == 0 and os.path.exists(warm_cache) and c.sft.enabled:
+          shutil.copyfile(warm_cache, warm_path)
+          bar.write(f"[pass@k] warm start: reused {warm_cache}")
+        elif passk and start == 0:
           # The warm-start policy's pass@k, before any RL (kept on disk for a resumed run).
+          bar.write(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
           warm = [self.pass_at_k_eval(pool, self.state.params, label=f"warm start / {split}", held_out=held)
                   for split, held in (("train", False), ("held-out", True))]
           with open(warm_path, "w") as f:
             json.dump([dataclasses.asdict(e) | {"samples": e.samples.tolist(), "successes": e.successes.tolist(),
                                                 "outcomes": e.outcomes.tolist()} for e in warm], f)
+          if c.sft.enabled:
+            os.makedirs(os.path.dirname(warm_cache), exist_ok=True)
+            shutil.copyfile(warm_path, warm_cache + ".tmp")
+            os.replace(warm_cache + ".tmp", warm_cache)
         if start == 0 and c.eval.every > 0:
           writer.write(0, {f"eval/{k}": v for k, v in self.collect(pool, 0, evaluation=True)[1].items()
                            if k in ("success_rate", "return")})
@@ -396,6 +420,7 @@ class Trainer:
                           tok_s=f"{m['sample_tokens_per_s']:.0f}", sample=f"{m['time_sampling_s']:.1f}s",
                           env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s")
         if passk:
+          bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each training and held-out task")
           trained = [self.pass_at_k_eval(pool, self.state.params, label=f"trained / {split}", held_out=held)
                      for split, held in (("train", False), ("held-out", True))]
     finally:
@@ -439,6 +464,31 @@ class Trainer:
     m["advantage_abs_mean"] = float(jnp.sum(jnp.abs(adv)) / max(valid.sum(), 1))
     m["groups_kept"] = float(len(set(np.asarray(records.group_id)[valid].tolist())))
     return m
+
+
+def _trim_prompt_padding(batch: dict[str, Any], rows: np.ndarray, bucket: int = 64) -> dict[str, Any]:
+  """Drops the prompt columns that are padding in every row used, in steps of `bucket` columns (so an
+  iteration's update compiles for one of a few prompt widths). Prompts are left-padded, so the result is
+  the same computation on fewer tokens."""
+  used = np.asarray(batch["prompt_mask"])[rows].any(0)
+  first = int(np.argmax(used)) // bucket * bucket if used.any() else 0
+  if first == 0:
+    return batch
+  return {**batch, "prompt_tokens": batch["prompt_tokens"][:, first:], "prompt_mask": batch["prompt_mask"][:, first:]}
+
+
+def _check_environments(config: Any) -> None:
+  """Builds the training and evaluation environments once here, so a bad id or kwarg (a missing dataset
+  file, say) stops the run with the environment's own message instead of failing inside every actor."""
+  import gymnasium
+
+  import explore_jax.envs  # noqa: F401  (registers the ids)
+
+  for kwargs in (dict(config.env.kwargs), {**config.env.kwargs, **config.eval.get("env_kwargs", {})}):
+    try:
+      gymnasium.make(config.env.id, **kwargs).close()
+    except Exception as e:
+      raise ValueError(f"environment {config.env.id} with {kwargs} cannot be built: {e}") from e
 
 
 def _group_returns(rewards, group, traj, valid) -> dict[int, np.ndarray]:

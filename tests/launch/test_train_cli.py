@@ -22,7 +22,7 @@ def train(*args, timeout=600, env=None):
 
 SMALL = ("--config.train.num_iterations=1", "--config.sft.steps=2", "--config.sft.oracle_episodes=8",
          "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2", "--config.rollout.group_size=2",
-         "--config.rollout.max_new_tokens=16", "--config.rl.overlong_buffer=4", "--config.eval.every=1",
+         "--config.eval.every=1",
          "--config.eval.num_episodes=2", "--config.eval.passk_samples=2", "--config.eval.passk_held_out_tasks=2")
 
 
@@ -45,7 +45,7 @@ def test_default_config_trains_evaluates_and_reports(tmp_path):
 
   ev = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
                        f"--run={tmp_path / 'run'}", "--samples=2", "--splits=held-out",
-                       "--config.eval.passk_held_out_tasks=2", "--config.rollout.max_new_tokens=16"],
+                       "--config.eval.passk_held_out_tasks=2"],
                       capture_output=True, text=True, timeout=600, cwd=REPO, env=_env(env))
   assert ev.returncode == 0, ev.stderr[-3000:]
   evaluated = json.load(open(tmp_path / "run" / "eval-1" / "summary.json"))

@@ -79,3 +79,23 @@ def test_kl_term_against_the_reference_is_zero_at_start_and_grows():
   moved = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.key(3), p.shape), params)
   _, m1 = rl_loss(model, moved, batch, cfg)
   assert float(m1["kl_loss"]) > 1e-4
+
+
+def test_trimming_all_padding_prompt_columns_changes_nothing():
+  from explore_jax.train.loop import _trim_prompt_padding
+
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  batch = sampled_batch(model, params)
+  pad = 70  # every prompt gets 70 more columns of left padding; 64 of them can go
+  wide = {**batch, "prompt_tokens": jnp.pad(batch["prompt_tokens"], ((0, 0), (pad, 0))),
+          "prompt_mask": jnp.pad(batch["prompt_mask"], ((0, 0), (pad, 0)))}
+  trimmed = _trim_prompt_padding(wide, np.arange(8))
+  assert trimmed["prompt_tokens"].shape[1] == batch["prompt_tokens"].shape[1] + pad - 64
+  a, _ = rl_loss(model, params, wide, PolicyLossConfig())
+  b, _ = rl_loss(model, params, trimmed, PolicyLossConfig())
+  np.testing.assert_allclose(float(a), float(b), rtol=1e-5)
+  # Columns a used row needs are kept even if other rows are padding there.
+  wide["prompt_mask"] = wide["prompt_mask"].at[3, 0].set(True)
+  assert _trim_prompt_padding(wide, np.arange(8))["prompt_tokens"].shape[1] == wide["prompt_tokens"].shape[1]
+  assert _trim_prompt_padding(wide, np.array([0, 1]))["prompt_tokens"].shape[1] < wide["prompt_tokens"].shape[1]
