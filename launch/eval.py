@@ -51,18 +51,21 @@ def main(argv):
   name = os.path.splitext(os.path.basename(flags.FLAGS["config"].config_filename))[0]
   from explore_jax.train.loop import Trainer
 
-  if _RUN.value:
-    if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
-      raise app.UsageError(f"{_RUN.value} has no checkpoints/ directory")
-    trainer = Trainer(config, _RUN.value)
-    step = trainer.checkpointer.latest_step() if _STEP.value is None else _STEP.value
-    params, label = trainer.load_params(step), f"step {step}"
-    output = _OUTPUT.value or os.path.join(_RUN.value, f"eval-{step}")
-  else:
-    output = _OUTPUT.value or os.path.join("runs", f"eval-{name}-{_POLICY.value}")
-    trainer = Trainer(config, output)
-    params = trainer.initial_params if _POLICY.value == "base" else trainer.warm_start_params()
-    label = _POLICY.value.replace("_", " ")
+  try:
+    if _RUN.value:
+      if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
+        raise FileNotFoundError(f"{_RUN.value} has no checkpoints/ directory")
+      trainer = Trainer(config, _RUN.value)
+      step = trainer.checkpointer.latest_step() if _STEP.value is None else _STEP.value
+      params, label = trainer.load_params(step), f"step {step}"
+      output = _OUTPUT.value or os.path.join(_RUN.value, f"eval-{step}")
+    else:
+      output = _OUTPUT.value or os.path.join("runs", f"eval-{name}-{_POLICY.value}")
+      trainer = Trainer(config, output)
+      params = trainer.initial_params if _POLICY.value == "base" else trainer.warm_start_params()
+      label = _POLICY.value.replace("_", " ")
+  except (FileNotFoundError, ValueError) as e:  # the config or flags name something that is not there
+    sys.exit(f"error: {e}")
   sets = [(split, split == "held-out") for split in _SPLITS.value]
   with trainer.make_pool() as pool:
     evals = [trainer.pass_at_k_eval(pool, params, label=f"{label} / {split}", held_out=held) for split, held in sets]

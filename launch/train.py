@@ -46,7 +46,11 @@ def main(argv):
     f.write(config.to_json_best_effort(indent=2))
   from explore_jax.train.loop import Trainer
 
-  history = Trainer(config, workdir).run()
+  try:
+    trainer = Trainer(config, workdir)
+  except (FileNotFoundError, ValueError) as e:  # the config names something that is not there
+    sys.exit(f"error: {e}")
+  history = trainer.run()
   last = history[-1] if history else {}
   print(f"[done] iteration {last.get('iteration', 0)}; last: " + ", ".join(
       f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))

@@ -78,6 +78,8 @@ def tiny_dir() -> str:
 
 
 def resolve(name_or_dir: str) -> str:
+  if not name_or_dir:
+    raise ValueError("no checkpoint given: set config.model.checkpoint to a local Hugging Face directory or 'tiny'")
   if name_or_dir == "tiny":
     return tiny_dir()
   path = os.path.abspath(os.path.expanduser(name_or_dir))

@@ -73,3 +73,12 @@ def test_unknown_method_is_named(tmp_path):
 def test_unknown_variant_is_named(tmp_path):
   run = train("--config=configs/sge_coding.py:tiniest", timeout=120)
   assert run.returncode != 0 and "unknown variant 'tiniest'" in run.stderr.strip().splitlines()[-1]
+
+
+def test_paper_variant_names_what_it_needs(tmp_path):
+  run = train("--config=configs/sge_coding.py:paper", f"--workdir={tmp_path}", timeout=120)
+  assert run.returncode != 0 and "set config.model.checkpoint" in run.stderr.strip().splitlines()[-1]
+  run = train("--config=configs/grpo_coding.py:paper", f"--workdir={tmp_path}", "--config.model.checkpoint=tiny",
+              timeout=300)
+  last = run.stderr.strip().splitlines()[-1]
+  assert run.returncode != 0 and "dataset must be 'procedural', 'humaneval' or a .jsonl file" in last
