@@ -44,8 +44,12 @@ class ObservationPrompt:
     messages = [{"role": "system", "content": self.system}] if self.system else []
     for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
       messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
-    messages.append({"role": "user", "content": join_text(observation, self.instruction)})
+    messages.append({"role": "user", "content": join_text(observation, self.instruction_for(context))})
     return messages
+
+  def instruction_for(self, context: dict[str, Any]) -> str:
+    """The text after the observation; subclasses vary it with the episode's context."""
+    return self.instruction
 
 
 def join_text(*parts: str) -> str:

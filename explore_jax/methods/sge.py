@@ -29,7 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
-from explore_jax.methods.base import DEFAULT_SYSTEM_PROMPT, Method, join_text, register_method
+from explore_jax.methods.base import Method, ObservationPrompt, join_text, register_method
 
 # Appendix A.1, coding environment. {strats} receives the strategy sequence (and, for failures, feedback).
 STRATEGY_PROMPT = ('First give a strategy of how to solve the question after "### Strategy". Then write the code '
@@ -76,24 +76,14 @@ def format_strategies(strategies: list[str], feedback: str = "") -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class StrategyPrompt:
+class StrategyPrompt(ObservationPrompt):
   """The actors' prompt: the observation, then the strategy prompt or, when the episode's context carries a
   reflection, the positive or negative reflection prompt with its strategies filled in; a context with
   `direct` asks for the code alone (RLAD). Picklable."""
-  system: str = DEFAULT_SYSTEM_PROMPT
   instruction: str = STRATEGY_PROMPT
   positive: str = POSITIVE_REFLECTION_PROMPT
   negative: str = NEGATIVE_REFLECTION_PROMPT
   direct: str = DIRECT_PROMPT
-  history_steps: int = 0
-
-  def __call__(self, observation: str, history: list[tuple[str, str]], context: dict[str, Any],
-               info: dict[str, Any]) -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": self.system}] if self.system else []
-    for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
-      messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
-    messages.append({"role": "user", "content": join_text(observation, self.instruction_for(context))})
-    return messages
 
   def instruction_for(self, context: dict[str, Any]) -> str:
     if context.get("direct"):
