@@ -82,3 +82,20 @@ def test_paper_variant_names_what_it_needs(tmp_path):
               timeout=300)
   last = run.stderr.strip().splitlines()[-1]
   assert run.returncode != 0 and "dataset must be 'procedural', 'humaneval' or a .jsonl file" in last
+
+
+def test_eval_of_a_base_model_from_a_hugging_face_directory(tmp_path):
+  """The paper's "Base" curves: a checkpoint directory evaluated zero-shot, no SFT, no training."""
+  env = _env({"EXPLORE_JAX_CACHE": str(tmp_path / "cache")})
+  hf_dir = subprocess.run([sys.executable, "-c", "from explore_jax import hf; print(hf.resolve('tiny'))"],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300).stdout.strip()
+  assert os.path.isfile(os.path.join(hf_dir, "config.json")) and hf_dir.startswith(str(tmp_path))
+  ev = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
+                       "--policy=base", f"--config.model.checkpoint={hf_dir}", "--samples=2", "--splits=held-out",
+                       "--config.eval.passk_held_out_tasks=2", f"--output={tmp_path / 'eval'}"],
+                      capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+  assert ev.returncode == 0, ev.stderr[-3000:]
+  result = json.load(open(tmp_path / "eval" / "summary.json"))["base / held-out"]
+  assert result["tasks"] == 2 and result["samples_per_task"] == 2
+  # A random model writes no valid "### Code" section: every attempt is the invalid-action outcome.
+  assert result["pass_at_k"]["1"] == 0.0 and result["distinct_outcomes_per_task"] == 1.0
