@@ -57,6 +57,16 @@ class TaskSetEval:
   def curve(self, ks: Sequence[int]) -> dict[int, float]:
     return {k: self.pass_at(k) for k in ks}
 
+  def to_json(self) -> dict[str, Any]:
+    """The raw counts (what `from_json` reads back)."""
+    return {"label": self.label, "task_ids": list(self.task_ids), "samples": self.samples.tolist(),
+            "successes": self.successes.tolist(), "outcomes": self.outcomes.tolist()}
+
+  @classmethod
+  def from_json(cls, d: dict[str, Any]) -> "TaskSetEval":
+    return cls(d["label"], list(d["task_ids"]), np.asarray(d["samples"], int), np.asarray(d["successes"], int),
+               np.asarray(d["outcomes"], int))
+
   def to_dict(self, ks: Sequence[int]) -> dict[str, Any]:
     return {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
             "success_rate": float(self.successes.sum() / max(self.samples.sum(), 1)),

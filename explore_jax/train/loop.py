@@ -45,6 +45,9 @@ from explore_jax.train import state as state_lib
 from explore_jax.train.rl_step import make_reference_logprobs, make_rl_step
 
 
+WARM_PASS_AT_K = "pass_at_k_warm_start.json"
+
+
 def _config_hash(*parts: Any) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -224,6 +227,35 @@ class Trainer:
     results, _ = pool.run(specs, fn)
     return evaluation.summarize(label, results)
 
+  def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:
+    """pass_at_k_eval on the training tasks, then on the held-out tasks."""
+    return [self.pass_at_k_eval(pool, params, label=f"{label} / {split}", held_out=held)
+            for split, held in (("train", False), ("held-out", True))]
+
+  def warm_start_pass_at_k(self, pool: ActorPool, log=print) -> None:
+    """The warm-start policy's pass@k, before any RL, written to the run directory (a resumed run reads it).
+
+    It depends on neither the RL seed nor the method (evaluation prompts carry no method context and every
+    token is sampled at eval.temperature), so it is also cached next to the SFT warm start and shared by
+    every run that evaluates the same warm start the same way.
+    """
+    c = self.config
+    path = os.path.join(self.workdir, WARM_PASS_AT_K)
+    cache = os.path.join(hf.cache_root(), "pass_at_k", _config_hash(
+        self.warm_start_key(), c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
+        c.get("instruction", ""), c.get("system_prompt")) + ".json")
+    if c.sft.enabled and os.path.exists(cache):
+      shutil.copyfile(cache, path)
+      log(f"[pass@k] warm start: reused {cache}")
+      return
+    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
+    with open(path, "w") as f:
+      json.dump([e.to_json() for e in self.pass_at_k_sets(pool, self.state.params, "warm start")], f)
+    if c.sft.enabled:
+      os.makedirs(os.path.dirname(cache), exist_ok=True)
+      shutil.copyfile(path, cache + ".tmp")
+      os.replace(cache + ".tmp", cache)
+
   def write_pass_at_k(self, evals: list[evaluation.TaskSetEval], directory: Optional[str] = None) -> str:
     """summary.json, summary.md (the table) and pass_at_k.png in `directory` (default: the run directory);
     returns the table."""
@@ -376,34 +408,14 @@ class Trainer:
     start = self.restore_or_init()
     writer = metrics_lib.MetricsWriter(self.workdir, resume_from=start if start > 0 else None)
     pool = self.make_pool()
+    passk = c.eval.get("passk_samples", 0) > 0
     from tqdm import tqdm
     bar = tqdm(range(start, c.train.num_iterations), initial=start, total=c.train.num_iterations,
                desc=f"{c.method}", unit="it", dynamic_ncols=True)
-    passk = c.eval.get("passk_samples", 0) > 0
-    warm_path = os.path.join(self.workdir, "pass_at_k_warm_start.json")
-    # The warm start's pass@k depends on neither the RL seed nor the method: evaluation prompts carry no method
-    # context and every token is sampled at eval.temperature. It is cached next to the warm start and shared
-    # by every run that evaluates the same policy the same way.
-    warm_cache = os.path.join(hf.cache_root(), "pass_at_k", _config_hash(
-        self.warm_start_key(), c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
-        c.get("instruction", ""), c.get("system_prompt")) + ".json")
     try:
       with pool:
-        if passk and start == 0 and os.path.exists(warm_cache) and c.sft.enabled:
-          shutil.copyfile(warm_cache, warm_path)
-          bar.write(f"[pass@k] warm start: reused {warm_cache}")
-        elif passk and start == 0:
-          # The warm-start policy's pass@k, before any RL (kept on disk for a resumed run).
-          bar.write(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
-          warm = [self.pass_at_k_eval(pool, self.state.params, label=f"warm start / {split}", held_out=held)
-                  for split, held in (("train", False), ("held-out", True))]
-          with open(warm_path, "w") as f:
-            json.dump([dataclasses.asdict(e) | {"samples": e.samples.tolist(), "successes": e.successes.tolist(),
-                                                "outcomes": e.outcomes.tolist()} for e in warm], f)
-          if c.sft.enabled:
-            os.makedirs(os.path.dirname(warm_cache), exist_ok=True)
-            shutil.copyfile(warm_path, warm_cache + ".tmp")
-            os.replace(warm_cache + ".tmp", warm_cache)
+        if passk and start == 0:
+          self.warm_start_pass_at_k(pool, bar.write)
         if start == 0 and c.eval.every > 0:
           writer.write(0, {f"eval/{k}": v for k, v in self.collect(pool, 0, evaluation=True)[1].items()
                            if k in ("success_rate", "return")})
@@ -421,15 +433,13 @@ class Trainer:
                           env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s")
         if passk:
           bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each training and held-out task")
-          trained = [self.pass_at_k_eval(pool, self.state.params, label=f"trained / {split}", held_out=held)
-                     for split, held in (("train", False), ("held-out", True))]
+          trained = self.pass_at_k_sets(pool, self.state.params, "trained")
     finally:
       bar.close()
       writer.close()
     if passk:
-      with open(warm_path) as f:
-        warm = [evaluation.TaskSetEval(e["label"], e["task_ids"], np.asarray(e["samples"]),
-                                       np.asarray(e["successes"]), np.asarray(e["outcomes"])) for e in json.load(f)]
+      with open(os.path.join(self.workdir, WARM_PASS_AT_K)) as f:
+        warm = [evaluation.TaskSetEval.from_json(e) for e in json.load(f)]
       text = self.write_pass_at_k([warm[0], trained[0], warm[1], trained[1]])
       print(f"\n{text}\n[summary] {os.path.join(self.workdir, 'summary.md')}, "
             f"{os.path.join(self.workdir, 'pass_at_k.png')}")
