@@ -10,6 +10,7 @@ The loop asks the method, in order of an iteration:
   loss_config            the clipped-surrogate options
   keep_groups(...)       which task groups enter the update (DAPO's dynamic sampling)
   update_aux(...)        updates of the method's own networks (RND, world model, q_phi) after the policy
+  init_aux / aux_state   those networks, built from the policy's shapes and checkpointed with it
 Baselines are methods too; they differ only in these answers.
 
 This package imports no jax at module level: actor processes unpickle prompt hooks defined here, and
@@ -94,6 +95,16 @@ class Method:
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     """Restores what `state_dict` returned."""
+
+  def init_aux(self, model_config: Any, key: Any) -> None:
+    """Builds the method's own networks (RND, world model) once the policy's shapes are known."""
+
+  def aux_state(self) -> Any:
+    """The method's networks as a pytree of arrays, saved in the orbax checkpoint beside the policy (None: none)."""
+    return None
+
+  def load_aux_state(self, tree: Any) -> None:
+    """Restores what `aux_state` returned."""
 
   # ---- learning ------------------------------------------------------------------------------------
   def step_rewards(self, records: Any) -> np.ndarray:

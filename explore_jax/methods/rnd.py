@@ -4,7 +4,7 @@ Every response carries the policy's final hidden state at its last token (`featu
 sampler at no extra forward pass). Before the advantages, each step record of a trajectory whose task
 return is zero gets `rnd.coef * R_RND` added to its reward (explore_jax/rl/rnd.py); successful trajectories
 keep their task reward only. After the policy update the predictor takes `rnd.update_steps` Adam steps on
-the iteration's features. The networks are saved with the method's state at each checkpoint.
+the iteration's features. Target, predictor and its optimizer state are saved in each orbax checkpoint.
 """
 
 from __future__ import annotations
@@ -30,19 +30,16 @@ class RND(Method):
     self._rnd = rnd
     self.rnd_config = rnd.RNDConfig(hidden_dim=config.rnd.hidden_dim, output_dim=config.rnd.output_dim,
                                     learning_rate=config.rnd.learning_rate)
-    self.state = None  # built on the first features, when their width is known
+    self.state = None  # built by init_aux, from the policy's hidden size
+    self.last_bonus = 0.0
 
-  def _ensure_state(self, features: np.ndarray) -> None:
-    if self.state is None:
-      import jax
-
-      self.state = self._rnd.init(jax.random.key(self.config.seed + 17), features.shape[-1], self.rnd_config)
+  def init_aux(self, model_config: Any, key: Any) -> None:
+    self.state = self._rnd.init(key, model_config.hidden_size, self.rnd_config)
 
   def step_rewards(self, records: Any) -> np.ndarray:
     rewards = super().step_rewards(records)
     features = np.asarray(records.extras["features"], np.float32)
     valid = np.asarray(records.valid)
-    self._ensure_state(features)
     err = self._rnd.errors(self.state, features)
     bonus = np.asarray(self._rnd.normalised_rewards(err, valid))
     failed = zero_return_trajectories(np.asarray(records.task_reward), np.asarray(records.traj_id), valid)
@@ -52,33 +49,18 @@ class RND(Method):
   def update_aux(self, records: Any, iteration: int) -> dict[str, float]:
     features = np.asarray(records.extras["features"], np.float32)
     valid = np.asarray(records.valid)
-    self._ensure_state(features)
     losses = []
     for _ in range(int(self.config.rnd.update_steps)):
       self.state, loss = _jit_update(self._rnd, self.rnd_config)(self.state, features, valid)
       losses.append(float(loss))
     return {"rnd/predictor_loss": losses[-1] if losses else 0.0,
-            "rnd/bonus_on_failed": getattr(self, "last_bonus", 0.0)}
+            "rnd/bonus_on_failed": self.last_bonus}
 
-  def state_dict(self) -> dict[str, Any]:
-    if self.state is None:
-      return {}
-    import jax
+  def aux_state(self) -> Any:
+    return self.state
 
-    leaves, _ = jax.tree.flatten(self.state)
-    return {"rnd_leaves": [np.asarray(x).tolist() for x in leaves]}
-
-  def load_state_dict(self, state: dict[str, Any]) -> None:
-    if not state.get("rnd_leaves"):
-      return
-    import jax
-    import jax.numpy as jnp
-
-    width = len(state["rnd_leaves"][0])  # the target's first weight is [input_dim, hidden]
-    template = self._rnd.init(jax.random.key(0), width, self.rnd_config)
-    treedef = jax.tree.structure(template)
-    leaves = [jnp.asarray(x, dtype=t.dtype) for x, t in zip(state["rnd_leaves"], jax.tree.leaves(template))]
-    self.state = jax.tree.unflatten(treedef, leaves)
+  def load_aux_state(self, tree: Any) -> None:
+    self.state = tree
 
 
 def zero_return_trajectories(task_reward: np.ndarray, traj_id: np.ndarray, valid: np.ndarray) -> np.ndarray:

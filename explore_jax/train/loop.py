@@ -97,6 +97,7 @@ class Trainer:
     self.eval_sampling = sampling.make_sampling_params(
         [config.eval.temperature] * len(self.method.temperatures()), delimiters, eos_ids=eos, top_p=r.top_p)
     self.key = jax.random.key(config.seed)
+    self.method.init_aux(self.model.config, jax.random.fold_in(self.key, 17))
     self.checkpointer = checkpoint.Checkpointer(os.path.join(self.workdir, "checkpoints"),
                                                 max_to_keep=config.checkpoint.max_to_keep)
     self.state: Optional[state_lib.TrainState] = None
@@ -365,20 +366,37 @@ class Trainer:
                      prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
                      max_prompt_tokens=self.prompt_len, episode_timeout_s=c.episode_timeout_s)
 
+  def _abstract_checkpoint(self) -> Any:
+    """The restore target: the train state, and beside it the method's networks when it has any."""
+    train = checkpoint.abstract_like(
+        jax.eval_shape(lambda: state_lib.create_train_state(self.initial_params, self.optimizer)),
+        self.shardings)
+    aux = self.method.aux_state()
+    if aux is None:
+      return train
+    replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    return {"train": train, "aux": checkpoint.abstract_like(
+        jax.eval_shape(lambda: aux), jax.tree.map(lambda _: replicated, aux))}
+
+  def _restore(self, step: int) -> tuple[state_lib.TrainState, Any, dict[str, Any]]:
+    """(train state, method networks or None, metadata) of checkpoint `step`."""
+    restored = self.checkpointer.restore(self._abstract_checkpoint(), step)
+    if self.method.aux_state() is None:
+      return restored.state, None, restored.metadata
+    return restored.state["train"], restored.state["aux"], restored.metadata
+
   def load_params(self, step: Optional[int] = None) -> Any:
     """The policy parameters of this run's checkpoint `step` (default: the latest)."""
     step = self.checkpointer.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.checkpointer.directory}")
-    abstract = checkpoint.abstract_like(
-        jax.eval_shape(lambda: state_lib.create_train_state(self.initial_params, self.optimizer)),
-        self.shardings)
-    return self.checkpointer.restore(abstract, step).state.params
+    return self._restore(step)[0].params
 
   def save(self, iteration: int) -> None:
     if self.checkpointer.latest_step() == iteration:
       return
-    self.checkpointer.save(iteration, self.state, rng=self.key,
+    aux = self.method.aux_state()
+    self.checkpointer.save(iteration, self.state if aux is None else {"train": self.state, "aux": aux}, rng=self.key,
                            metadata={"iteration": iteration, "method": self.method.state_dict()})
     self.checkpointer.wait()
 
@@ -391,14 +409,12 @@ class Trainer:
       self.reference_params = params if self.reference_logprobs is not None else None
       self.save(0)
       return 0
-    abstract = checkpoint.abstract_like(
-        jax.eval_shape(lambda: state_lib.create_train_state(self.initial_params, self.optimizer)),
-        self.shardings)
-    restored = self.checkpointer.restore(abstract, latest)
-    self.state = restored.state
-    self.method.load_state_dict(restored.metadata.get("method", {}))
+    self.state, aux, metadata = self._restore(latest)
+    self.method.load_state_dict(metadata.get("method", {}))
+    if aux is not None:
+      self.method.load_aux_state(aux)
     if self.reference_logprobs is not None:
-      self.reference_params = self.checkpointer.restore(abstract, 0).state.params
+      self.reference_params = self._restore(0)[0].params
     print(f"[resume] from iteration {latest} in {self.checkpointer.directory}")
     return latest
 

@@ -51,12 +51,13 @@ def test_zero_return_trajectories():
   np.testing.assert_array_equal(zero_return_trajectories(task, traj, valid), [False, False, True, True, False])
 
 
-def test_rnd_method_rewards_failed_trajectories_only_and_round_trips():
+def test_rnd_method_rewards_failed_trajectories_only():
   c = rnd_coding.get_config()
   c.rl.overlong_buffer = 0
   method = make_method(c)
   assert method.wants_features
   n, e = 6, 32
+  method.init_aux(types.SimpleNamespace(hidden_size=e), jax.random.key(0))
   features = np.random.default_rng(0).normal(size=(n, e)).astype(np.float32)
   records = types.SimpleNamespace(
       task_reward=np.array([1, 0, 0, 0, 0, 0], np.float32), format_reward=np.ones(n, np.float32),
@@ -66,8 +67,4 @@ def test_rnd_method_rewards_failed_trajectories_only_and_round_trips():
   assert r[0] == 1.0 and r[5] == 0.0            # success keeps its reward; padding gets nothing
   assert np.all(r[1:5] > 0)                     # failed trajectories get the bonus
   m = method.update_aux(records, 0)
-  assert m["rnd/predictor_loss"] > 0
-  other = make_method(c)
-  import json
-  other.load_state_dict(json.loads(json.dumps(method.state_dict())))
-  np.testing.assert_allclose(rnd.errors(other.state, features), rnd.errors(method.state, features), rtol=1e-6)
+  assert m["rnd/predictor_loss"] > 0 and m["rnd/bonus_on_failed"] > 0
