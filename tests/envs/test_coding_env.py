@@ -15,20 +15,9 @@ from hypothesis import strategies as st
 from explore_jax.envs import MAX_TEXT_LENGTH, oracle_demonstrations, state_key
 from explore_jax.envs.coding import OPS, CodingEnv, extract_code
 from explore_jax.envs.coding.env import GENERIC_STRATEGY
+from tests.envs.test_coding_tasks import _inputs, _op_and_a
 
 WRONG = "### Strategy\nguess\n### Code\ndef f(x):\n    return {expression}\n"
-
-
-def _op_and_a(task):
-  for op in OPS:
-    for a in range(2, 10):
-      if task.canonical_solution == f"def f(x):\n    return {op.expression.format(a=a)}\n":
-        return op, a
-  raise AssertionError(task)
-
-
-def _inputs(task):
-  return [int(t.code.split("(")[1].split(")")[0]) for t in task.tests]
 
 
 def test_gymnasium_make_and_check_env_accept_the_environment():
