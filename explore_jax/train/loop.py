@@ -105,9 +105,10 @@ class Trainer:
 
   # ---- sampling (central inference) ----------------------------------------------------------------
   def policy_fn(self, requests: list[PromptRequest], *, params: Any, key: jax.Array,
-                params_sampling: sampling.SamplingParams, version: int) -> list[Response]:
+                params_sampling: sampling.SamplingParams, version: int, features: bool = False) -> list[Response]:
     """Samples a response for each request in fixed-shape batches. A row's randomness is keyed by its
-    (episode, step), so the result does not depend on which requests happen to share a batch."""
+    (episode, step), so the result does not depend on which requests happen to share a batch. With
+    `features`, each response carries the final hidden state at its last token (training records of RND)."""
     out: list[Response] = []
     B = self.sample_batch
     # Prompts are sampled at their own length rounded up to 64 (a few compiled widths, far less prefill than
@@ -127,14 +128,14 @@ class Trainer:
         row_ids[i] = req.episode_id * (self.max_steps + 1) + req.step  # unique per (episode, step)
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
                                  max_new_tokens=self.response_len, pad_id=self.pad_id,
-                                 return_hidden=self.method.wants_features)
+                                 return_hidden=features)
       s = jax.device_get(sample)
       for i, req in enumerate(chunk):
         n = int(s.lengths[i])
-        features = (np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if self.method.wants_features else None)
         out.append(Response(episode_id=req.episode_id, step=req.step, tokens=s.tokens[i, :n],
                             logprobs=s.logprobs[i, :n], temperatures=s.temperatures[i, :n],
-                            segments=s.segments[i, :n], policy_version=version, features=features))
+                            segments=s.segments[i, :n], policy_version=version,
+                            features=np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if features else None))
     return out
 
   # ---- rollouts --------------------------------------------------------------------------------------
@@ -167,7 +168,8 @@ class Trainer:
     params = self.state.params
     key = jax.random.fold_in(jax.random.fold_in(self.key, iteration), int(evaluation))
     fn = functools.partial(self.policy_fn, params=params, key=key, version=iteration,
-                           params_sampling=self.eval_sampling if evaluation else self.train_sampling)
+                           params_sampling=self.eval_sampling if evaluation else self.train_sampling,
+                           features=self.method.wants_features and not evaluation)
     t0 = time.time()
     results, pool_metrics = pool.run(self.episode_specs(iteration, evaluation=evaluation), fn)
     wall = time.time() - t0
