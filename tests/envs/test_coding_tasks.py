@@ -168,6 +168,38 @@ def test_split_check_makes_one_test_per_assert_with_the_statements_before_it():
   assert len(whole) == 1 and whole[0].code.endswith("check(f)\n")
 
 
+class _Finaliser:
+  """Cyclic garbage whose finaliser runs Python code: a collection during a tree conversion then
+  lets another thread run in the middle of it."""
+
+  def __del__(self):
+    sum(range(50))
+
+
+def test_splitting_and_compiling_tests_is_safe_from_several_threads():
+  # On CPython 3.11 this harness makes plain ast.parse fail within a fraction of a second with
+  # "SystemError: AST constructor recursion depth mismatch"; environments run in threads.
+  source = "def check(candidate):\n" + "".join(
+      f"    assert candidate({i}) == [{i}, ({i}, {{'a': [{i}]}})]\n" for i in range(40))
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+
+  def work(seed):
+    for _ in range(60):
+      for _ in range(50):
+        garbage = _Finaliser()
+        garbage.cycle = garbage
+      tests = split_check(source + f"    assert candidate(-{seed}) == -1\n", "f")
+      assert len(tests) == 41
+    return seed
+
+  try:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+      assert sorted(pool.map(work, range(4))) == [0, 1, 2, 3]
+  finally:
+    sys.setswitchinterval(interval)
+
+
 # ---- JSONL datasets ----------------------------------------------------------------------------------
 
 

@@ -138,6 +138,19 @@ def network_isolation_available() -> bool:
     return _network_available
 
 
+# CPython 3.11 keeps the AST converter's recursion depth per interpreter, not per thread: when a
+# thread switch lands inside a conversion (a finaliser running Python code is enough), a concurrent
+# ast.parse or compile(tree) fails with "SystemError: AST constructor recursion depth mismatch"
+# (python/cpython#106905). Environments run in threads, so every tree here goes through one lock.
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, filename: str = "<unknown>") -> ast.Module:
+  """`ast.parse`, safe to call from several threads at once."""
+  with _AST_LOCK:
+    return ast.parse(source, filename)
+
+
 class _AssertRewriter(ast.NodeTransformer):
   """`assert a == b` -> `assert (got := a) == b, (MARK, "assert a == b", got)`; others keep their
   test and get (MARK, source) as message, so the runner can say which assert failed."""
@@ -160,8 +173,9 @@ class _AssertRewriter(ast.NodeTransformer):
 def _compile_trusted(source: str, filename: str):
   """A test's or setup's code object, asserts rewritten (tests come from tasks, not the model)."""
   try:
-    tree = _AssertRewriter().visit(ast.parse(source, filename))
-    return compile(tree, filename, "exec", dont_inherit=True)
+    tree = _AssertRewriter().visit(parse_python(source, filename))
+    with _AST_LOCK:
+      return compile(tree, filename, "exec", dont_inherit=True)
   except (SyntaxError, ValueError) as e:
     raise ValueError(f"{filename} does not compile: {e}") from None
 

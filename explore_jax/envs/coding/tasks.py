@@ -38,7 +38,7 @@ import os
 import random
 from typing import Any, Callable
 
-from explore_jax.envs.coding.sandbox import TestCase
+from explore_jax.envs.coding.sandbox import TestCase, parse_python
 
 SPLITS = ("train", "test", "sft")
 _SPLIT_SHARES = (("train", 0.5), ("test", 0.25), ("sft", 0.25))  # of a family's prompts
@@ -185,7 +185,7 @@ def split_check(test_source: str, entry_point: str) -> tuple[TestCase, ...]:
   """
   whole = (TestCase("test_0", f"{test_source}\n\ncheck({entry_point})\n"),)
   try:
-    tree = ast.parse(test_source)
+    tree = parse_python(test_source)
   except SyntaxError:
     return whole
   checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
@@ -208,7 +208,7 @@ def split_check(test_source: str, entry_point: str) -> tuple[TestCase, ...]:
 
 def _without_function(source: str, name: str) -> str:
   """`source` with the top-level definition of `name` (and its decorators) cut out."""
-  tree = ast.parse(source)
+  tree = parse_python(source)
   lines = source.splitlines(keepends=True)
   for node in tree.body:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
@@ -287,7 +287,7 @@ def _function_under_test(asserts: list[str]) -> str | None:
   counts: dict[str, int] = {}
   for source in asserts:
     try:
-      tree = ast.parse(source)
+      tree = parse_python(source)
     except SyntaxError:
       continue
     for node in ast.walk(tree):
