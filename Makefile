@@ -30,6 +30,7 @@ test: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/sampler.py
 	$(PY) benchmarks/advantages.py
+	$(PY) benchmarks/learner.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

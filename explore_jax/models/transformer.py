@@ -187,10 +187,13 @@ class Model:
 
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array,
             cache: Optional[KVCache] = None, *, attention_mask: Optional[jax.Array] = None,
-            return_hidden: bool = False) -> ModelOutput:
+            return_hidden: bool = False, logits_to_keep: int = 0) -> ModelOutput:
     """Logits for `tokens` [B, T] at RoPE `positions` [B, T]; writes into and returns `cache` if given.
 
     attention_mask [B, T] (default all ones) marks real tokens; padding is never attended to.
+    logits_to_keep > 0 projects only the last that many positions onto the vocabulary (logits
+    [B, logits_to_keep, V]): the learner scores responses, not prompts, and the [B, T, V] logits of a
+    long prompt are the largest tensor of the step. `hidden` stays [B, T, E].
     """
     c = self.config
     dt = c.jnp_dtype
@@ -259,7 +262,8 @@ class Model:
 
     hidden = _rms_norm(x, params["final_norm"], c.rms_norm_eps)
     head = params["embed"].T if c.tie_embeddings else params["lm_head"]
-    logits = jnp.einsum("bte,ev->btv", hidden, head.astype(dt), preferred_element_type=jnp.float32)
+    scored = hidden[:, T - logits_to_keep:] if 0 < logits_to_keep < T else hidden
+    logits = jnp.einsum("bte,ev->btv", scored, head.astype(dt), preferred_element_type=jnp.float32)
     logits = self._constrain(logits, ("batch", "length", "vocab"))
     return ModelOutput(logits=logits, cache=new_cache, hidden=hidden if return_hidden else None)
 

@@ -333,18 +333,23 @@ def token_logprobs(model: Model, params: Params, tokens: jax.Array, temperatures
   if positions is None:
     positions = positions_from_mask(attention_mask)
   logits = model.apply(params, tokens, positions, attention_mask=attention_mask).logits
+  lp, entropy = _score(logits[:, :-1], tokens[:, 1:], temperatures[:, 1:], attention_mask[:, 1:], top_k,
+                       top_p, return_entropy)
+  first = ((0, 0), (1, 0))  # column 0 has no prediction
+  return TokenLogprobs(logprobs=jnp.pad(lp, first), entropy=None if entropy is None else jnp.pad(entropy, first))
+
+
+def _score(logits: jax.Array, targets: jax.Array, temperatures: jax.Array, valid: jax.Array, top_k: int,
+           top_p: Optional[jax.Array], return_entropy: bool) -> TokenLogprobs:
+  """log pi_T(targets) [B, T'] under logits [B, T', V] (and entropies), 0 where not `valid`."""
   if top_p is not None:
     top_p = jnp.asarray(top_p, jnp.float32)
     if top_p.ndim == 1:
       top_p = top_p[:, None]
-  logp = sampling_log_probs(logits[:, :-1], temperatures[:, 1:], top_k, top_p)
-  lp = jnp.take_along_axis(logp, tokens[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
-  valid = attention_mask[:, 1:]
-  lp = jnp.pad(jnp.where(valid, lp, 0.0), ((0, 0), (1, 0)))
-  entropy = None
-  if return_entropy:
-    entropy = jnp.pad(jnp.where(valid, _entropy(logp), 0.0), ((0, 0), (1, 0)))
-  return TokenLogprobs(logprobs=lp, entropy=entropy)
+  logp = sampling_log_probs(logits, temperatures, top_k, top_p)
+  lp = jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  entropy = jnp.where(valid, _entropy(logp), 0.0) if return_entropy else None
+  return TokenLogprobs(logprobs=jnp.where(valid, lp, 0.0), entropy=entropy)
 
 
 def response_logprobs(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
@@ -356,11 +361,12 @@ def response_logprobs(model: Model, params: Params, prompt: jax.Array, prompt_ma
   prompt/prompt_mask [B, P] left-padded, response/response_mask/temperatures [B, N] (`SampleOutput`'s
   tokens, mask, temperatures). Returns [B, N] arrays, 0 where response_mask is False.
   """
-  P = prompt.shape[1]
+  N = response.shape[1]
   tokens = jnp.concatenate([prompt, response], axis=1).astype(jnp.int32)
   mask = jnp.concatenate([prompt_mask.astype(bool), response_mask.astype(bool)], axis=1)
-  temps = jnp.concatenate([jnp.zeros(prompt.shape, jnp.float32), temperatures.astype(jnp.float32)], axis=1)
-  out = token_logprobs(model, params, tokens, temps, mask, top_k=top_k, top_p=top_p,
-                       return_entropy=return_entropy)
-  return TokenLogprobs(logprobs=out.logprobs[:, P:],
-                       entropy=None if out.entropy is None else out.entropy[:, P:])
+  # Only the N + 1 last positions are projected onto the vocabulary: the last prompt token predicts the
+  # first response token, response token j predicts j + 1, and the last prediction is not needed.
+  logits = model.apply(params, tokens, positions_from_mask(mask), attention_mask=mask,
+                       logits_to_keep=N + 1).logits[:, :-1]
+  return _score(logits, response, temperatures.astype(jnp.float32), response_mask.astype(bool), top_k, top_p,
+                return_entropy)

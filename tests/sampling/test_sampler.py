@@ -325,3 +325,31 @@ def test_per_row_temperatures(params):
     np.testing.assert_array_equal(per_row.tokens[b], ref.tokens[b])
     np.testing.assert_allclose(per_row.temperatures[b], ref.temperatures[b])
     np.testing.assert_allclose(per_row.logprobs[b], ref.logprobs[b], atol=1e-6)
+
+
+def test_response_scoring_projects_only_the_response_and_agrees_with_full_scoring(params):
+  from explore_jax.sampling.sampler import token_logprobs
+
+  prompt, prompt_mask = left_pad(PROMPTS, 6)
+  response = np.random.default_rng(0).integers(0, CONFIG.vocab_size, (3, 5)).astype(np.int32)
+  response_mask = np.arange(5)[None] < np.array([[5], [2], [4]])
+  temps = np.where(response_mask, np.array([[1.3, 1.3, 0.6, 0.6, 0.6]]), 0.0).astype(np.float32)
+  tokens = np.concatenate([prompt, response], 1)
+  mask = np.concatenate([prompt_mask, response_mask], 1)
+
+  # The model's tail projection is the tail of its full projection.
+  positions = positions_from_mask(mask)
+  full = MODEL.apply(params, tokens, positions, attention_mask=mask).logits
+  tail = MODEL.apply(params, tokens, positions, attention_mask=mask, logits_to_keep=6).logits
+  assert tail.shape == (3, 6, CONFIG.vocab_size)
+  np.testing.assert_allclose(tail, full[:, -6:], atol=1e-5)
+
+  # Scoring the response alone equals scoring every token and keeping the response's columns.
+  all_temps = np.concatenate([np.zeros(prompt.shape, np.float32), temps], 1)
+  everything = token_logprobs(MODEL, params, tokens, all_temps, mask, return_entropy=True)
+  rec = response_logprobs(MODEL, params, prompt, prompt_mask, response, response_mask, temps,
+                          return_entropy=True)
+  np.testing.assert_allclose(rec.logprobs, everything.logprobs[:, 6:], atol=1e-5)
+  np.testing.assert_allclose(rec.entropy, everything.entropy[:, 6:], atol=1e-5)
+  logprobs = np.asarray(rec.logprobs)
+  assert np.all(logprobs[~response_mask] == 0) and np.all(logprobs[response_mask] < 0)
