@@ -28,8 +28,7 @@ import numpy as np
 from explore_jax.models import Model
 from explore_jax.models.config import PRESETS
 from explore_jax.rl.losses import PolicyLossConfig, policy_loss
-from explore_jax.sampling import response_logprobs
-from explore_jax.sampling.sampler import token_logprobs
+from explore_jax.sampling import response_logprobs, token_logprobs
 
 
 def make_batch(rng: np.random.Generator, vocab: int, batch: int, prompt_len: int, response_len: int):

@@ -11,7 +11,7 @@ from explore_jax.models import Model, ModelConfig, positions_from_mask
 from explore_jax.parallel.sharding import DEFAULT_RULES
 from explore_jax.sampling import (FinishReason, advance_segment, ends_with, generate, generate_jit,
                                   make_sampling_params, segment_ids, shard_params, sge_sampling_params,
-                                  temperature_per_token)
+                                  temperature_per_token, token_logprobs)
 from explore_jax.sampling import response_logprobs as _response_logprobs
 
 # Jitted as the learner would call it (eagerly, each small op would compile on its own: slow).
@@ -328,8 +328,6 @@ def test_per_row_temperatures(params):
 
 
 def test_response_scoring_projects_only_the_response_and_agrees_with_full_scoring(params):
-  from explore_jax.sampling.sampler import token_logprobs
-
   prompt, prompt_mask = left_pad(PROMPTS, 6)
   response = np.random.default_rng(0).integers(0, CONFIG.vocab_size, (3, 5)).astype(np.int32)
   response_mask = np.arange(5)[None] < np.array([[5], [2], [4]])
