@@ -27,8 +27,9 @@ AGGREGATION_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum",
     "seq-mean-token-sum-norm",
+    "seq-mean-token-sum-norm-verl",
 )
-KL_TYPES = ("k1", "k2", "k3")
+KL_TYPES = ("k1", "k2", "k3", "abs")
 LOW_PROB_LEVELS = ("token", "sequence")
 
 # verl's bounds: the log-ratio is clamped before exp so off-policy gaps cannot overflow.
@@ -119,14 +120,24 @@ def aggregate_loss(
     seq-mean-token-sum:      1/B' sum_i sum_t m L
     seq-mean-token-sum-norm: 1/B' sum_i sum_t m L / max_len                      (Dr.GRPO, Liu et
                                                                                   al. 2025)
+    seq-mean-token-sum-norm-verl: sum_i sum_t m L / max_len                      (verl's agg_loss)
   B' counts the sequences with at least one response token: rows that are all padding are not
   sequences, and empty responses or an empty batch give 0 rather than NaN.
+
+  Dr.GRPO's objective (Liu et al. 2025, "Understanding R1-Zero-Like Training", its Dr. GRPO
+  objective) is (1/G) sum_i sum_t (...) / MAX_TOKENS: the token sums are divided by the constant
+  MAX_TOKENS *and* averaged over the group's G responses. "seq-mean-token-sum-norm" is that
+  objective whenever every row is non-empty (a batch of one group: B' = B = G; of several equal
+  groups: the mean of the groups' objectives). verl's "seq-mean-token-sum-norm" (verl/trainer/
+  ppo/core_algos.py, agg_loss: sum(seq_losses) / loss_scale_factor, which defaults to the mask's
+  length) omits the 1/G: its loss and gradient are B' times ours. "seq-mean-token-sum-norm-verl"
+  reproduces it, e.g. to reuse a verl run's learning rate. Empty rows add 0 to the sum in both.
 
   Args:
     values: [B, T] per-token values.
     mask: [B, T] response mask (bool or 0/1).
     mode: one of AGGREGATION_MODES.
-    max_len: Dr.GRPO's constant; defaults to T.
+    max_len: Dr.GRPO's constant MAX_TOKENS (both "-norm" modes); defaults to T.
 
   Returns:
     Scalar.
@@ -149,6 +160,8 @@ def aggregate_loss(
     per_sequence = sums
   else:
     per_sequence = sums / float(values.shape[-1] if max_len is None else max_len)
+    if mode == "seq-mean-token-sum-norm-verl":
+      return jnp.sum(per_sequence)  # verl: no division by the number of sequences
   return jnp.sum(per_sequence) / num_sequences
 
 
@@ -158,13 +171,17 @@ def kl_penalty(logp: Array, ref_logp: Array, kind: str = "k3") -> Array:
     k1 = logp - ref_logp
     k2 = 0.5 (logp - ref_logp)^2
     k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1   (low-variance, always >= 0)
+    abs = |logp - ref_logp|
   (Schulman 2020, "Approximating KL divergence"; k3 is GRPO's KL term, Shao et al. 2024, eq. 4).
-  As verl's low_var_kl, k3 clamps the log-ratio to +-20 and the result to +-10.
+  As verl's low_var_kl, k3 clamps the log-ratio to +-20 and the result to +-10. "abs" is verl's
+  kl_penalty "abs" (verl/trainer/ppo/core_algos.py): not an unbiased KL estimate, but a
+  non-negative penalty whose gradient has the same size wherever the policies differ; like
+  verl, it is not clamped.
 
   Args:
     logp: [B, T] current log-probs.
     ref_logp: [B, T] reference-policy log-probs (treated as constant).
-    kind: "k1", "k2" or "k3".
+    kind: "k1", "k2", "k3" or "abs".
 
   Returns:
     [B, T] per-token KL estimates.
@@ -177,6 +194,8 @@ def kl_penalty(logp: Array, ref_logp: Array, kind: str = "k3") -> Array:
     return logp - ref_logp
   if kind == "k2":
     return 0.5 * jnp.square(logp - ref_logp)
+  if kind == "abs":
+    return jnp.abs(logp - ref_logp)
   log_ratio = jnp.clip(ref_logp - logp, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
   return jnp.clip(jnp.exp(log_ratio) - log_ratio - 1.0, -_K3_BOUND, _K3_BOUND)
 
@@ -248,8 +267,8 @@ class PolicyLossConfig:
     eps_high: upper clip epsilon (clip-higher when > eps_low; DAPO 0.28).
     dual_clip: dual-clip constant c for A < 0 (verl 3.0); None disables.
     aggregation: one of AGGREGATION_MODES.
-    max_len: Dr.GRPO's normaliser for "seq-mean-token-sum-norm" (None = T).
-    kl_type: "k1", "k2" or "k3" (beta D_KL term).
+    max_len: Dr.GRPO's normaliser for the "seq-mean-token-sum-norm*" modes (None = T).
+    kl_type: one of KL_TYPES, "k1", "k2", "k3" or "abs" (beta D_KL term).
     kl_coef: beta; 0 drops the KL term.
     entropy_coef: entropy bonus coefficient (the loss subtracts coef * aggregated entropy).
     entropy_advantage: apply EntropyAdv shaping to the advantages (needs entropy).

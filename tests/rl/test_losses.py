@@ -122,6 +122,9 @@ MASK = jnp.array([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
     ("seq-mean-token-sum", None, (6.0 + 11.0) / 2),
     ("seq-mean-token-sum-norm", 10, (6.0 / 10 + 11.0 / 10) / 2),  # Dr.GRPO constant 10
     ("seq-mean-token-sum-norm", None, (6.0 / 4 + 11.0 / 4) / 2),  # default constant T = 4
+    # verl: all rows' token sums over L, no division by the number of rows.
+    ("seq-mean-token-sum-norm-verl", 10, (6.0 + 11.0) / 10),
+    ("seq-mean-token-sum-norm-verl", None, (6.0 + 11.0) / 4),
 ])
 def test_aggregation_modes_hand_computed(mode, max_len, expected):
   np.testing.assert_allclose(losses.aggregate_loss(VALUES, MASK, mode, max_len), expected,
@@ -147,6 +150,32 @@ def test_empty_masks_and_nan_padding_give_finite_zero_loss_and_gradients(mode):
   assert np.isfinite(loss)
 
 
+def test_dr_grpo_norm_divides_by_the_group_size_and_verls_does_not():
+  # [3, 4] with one empty row; row sums 6, 11, 0 (the 9s are padding), L = 4.
+  ours = losses.aggregate_loss(VALUES, MASK, "seq-mean-token-sum-norm")
+  verl = losses.aggregate_loss(VALUES, MASK, "seq-mean-token-sum-norm-verl")
+  np.testing.assert_allclose(ours, 17.0 / 4 / 2, rtol=1e-6)  # 1/B' with B' = 2 non-empty rows
+  np.testing.assert_allclose(verl, 17.0 / 4, rtol=1e-6)
+  # With every row non-empty, ours is Dr.GRPO's (1/G) sum_i sum_t L / MAX_TOKENS with G = 3.
+  full = jnp.ones((3, 4))
+  total = 10.0 + 11.0 + 36.0
+  np.testing.assert_allclose(losses.aggregate_loss(VALUES, full, "seq-mean-token-sum-norm", 8),
+                             total / 8 / 3, rtol=1e-6)
+  np.testing.assert_allclose(
+      losses.aggregate_loss(VALUES, full, "seq-mean-token-sum-norm-verl", 8), total / 8, rtol=1e-6)
+
+
+def test_policy_loss_uses_verls_norm_through_the_config():
+  # Ratio 1 everywhere, A = (1, 2): per-token surrogate -A; row sums -2 and -2 (one token of row
+  # 2 masked), L = 2. verl: (-2 - 2) / 2 = -2; ours: -2 / 2 = -1.
+  logp = jnp.zeros((2, 2))
+  mask = jnp.array([[1, 1], [1, 0]])
+  adv = jnp.array([1.0, 2.0])
+  for mode, expected in [("seq-mean-token-sum-norm-verl", -2.0), ("seq-mean-token-sum-norm", -1.0)]:
+    loss, _ = losses.policy_loss(logp, logp, adv, mask, losses.PolicyLossConfig(aggregation=mode))
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+
+
 def test_unknown_aggregation_is_rejected():
   with pytest.raises(ValueError):
     losses.aggregate_loss(VALUES, MASK, "sum")
@@ -162,6 +191,17 @@ def test_kl_estimators_hand_computed():
   np.testing.assert_allclose(losses.kl_penalty(logp, ref, "k2"), [[0.5 * ln2**2]], rtol=1e-6)
   # k3 = exp(ref - logp) - (ref - logp) - 1 = 0.5 + ln 2 - 1.
   np.testing.assert_allclose(losses.kl_penalty(logp, ref, "k3"), [[0.5 + ln2 - 1.0]], rtol=1e-5)
+
+
+def test_abs_kl_is_verls_absolute_log_ratio():
+  logp = jnp.array([[-1.0, -3.0, -2.0, -40.0]])
+  ref = jnp.array([[-1.5, -1.0, -2.0, 0.0]])
+  # |logp - ref| = 0.5, 2, 0, 40 (not clamped, as verl's "abs").
+  np.testing.assert_allclose(losses.kl_penalty(logp, ref, "abs"), [[0.5, 2.0, 0.0, 40.0]])
+  grad = jax.grad(lambda lp: losses.kl_penalty(lp, ref, "abs").sum())(logp)
+  np.testing.assert_allclose(grad[0, :2], [1.0, -1.0])  # sign(logp - ref)
+  with pytest.raises(ValueError):
+    losses.kl_penalty(logp, ref, "mse")
 
 
 def test_k3_clamps_like_verl():
