@@ -132,13 +132,28 @@ def test_fork_bombs_and_other_processes_are_blocked(name, isolate):
   _still_works(isolate_network=isolate)
 
 
-@pytest.mark.parametrize("program", ["x = bytearray(10**10)\n",
-                                     "x = []\nwhile True:\n    x.append(bytearray(10**8))\n"],
-                         ids=["one-allocation", "growing-list"])
+# bytes(n) is calloc'ed: the address space grows at once and no page is touched, so the limit is
+# reached within milliseconds however loaded the machine is, and a broken limit costs no real memory.
+# Both bombs stay finite (1 GB, over the 512 MB limit): were the limit not enforced, the program
+# would finish and its tests fail ("failed", not "memory").
+MEMORY_BOMBS = {"one-allocation": "x = bytes(1 << 30)\n",
+                "growing-list": "x = []\nfor _ in range(16):\n    x.append(bytes(1 << 26))\n"}
+
+
+@pytest.mark.parametrize("program", MEMORY_BOMBS.values(), ids=MEMORY_BOMBS.keys())
 def test_a_memory_bomb_hits_the_memory_limit(program):
-  result = run(program, time_limit_s=3.0, memory_mb=512)
+  # A generous time limit (CPU and wall clock) so that only the memory limit can end the run.
+  result = run(program, time_limit_s=60.0, memory_mb=512)
   _failed_with(result, "memory", "Memory limit exceeded (512 MB)")
   _still_works()
+
+
+def test_the_memory_bombs_run_to_the_end_without_the_limit():
+  # The check above would fail without the limit: with room for 1 GB (plus the interpreter) both
+  # programs finish and only their tests fail.
+  for program in MEMORY_BOMBS.values():
+    result = run(program, time_limit_s=60.0, memory_mb=4096)
+    assert result.status == "failed" and "NameError" in result.message, result
 
 
 def test_writing_inside_its_directory_works_and_the_directory_is_removed():
