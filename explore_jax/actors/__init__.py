@@ -6,11 +6,12 @@
 """
 
 from explore_jax.actors.actor import Actor, ActorConfig, EnvCache, PromptTokenizer, actor_main
-from explore_jax.actors.pool import ActorPool, PolicyFn
-from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EpisodeResult,
-                                         EpisodesCancelled, EpisodeSpec, PromptHook, PromptRequest, Response,
-                                         StepRecord)
+from explore_jax.actors.pool import ActorPool, EmbedFn, PolicyFn
+from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
+                                         Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, Prompt,
+                                         PromptHook, PromptRequest, Response, StepRecord)
 
-__all__ = ["Actor", "ActorConfig", "ActorFailure", "ActorHello", "ActorPool", "CancelEpisodes", "EnvCache",
-           "EpisodeResult", "EpisodeSpec", "EpisodesCancelled", "PolicyFn", "PromptHook", "PromptRequest",
-           "PromptTokenizer", "Response", "STOP", "StepRecord", "actor_main"]
+__all__ = ["Actor", "ActorConfig", "ActorFailure", "ActorHello", "ActorPool", "CancelEpisodes", "EmbedFn",
+           "EmbedRequest", "Embeddings", "EnvCache", "EpisodeResult", "EpisodeSpec", "EpisodesCancelled",
+           "PolicyFn", "Prompt", "PromptHook", "PromptRequest", "PromptTokenizer", "Response", "STOP",
+           "StepRecord", "actor_main"]

@@ -7,9 +7,13 @@ without any process around it, so it can also be driven in-process.
 
 An actor interleaves up to `envs_per_actor` episodes. It handles one message at a time: a spec resets
 an environment and asks for the first action; a response is decoded, steps its environment and either
-asks for the next action or sends the finished episode. While one episode waits for its response the
-others reset, step and ask. An exception from an environment or a prompt hook drops that episode only
-(the error text travels in its EpisodeResult) and its environment instance is closed, never reused.
+asks for the next action or finishes the episode. While one episode waits for the learner the others
+reset, step and ask. Asking is one or two round trips: when the prompt hook has `embedding_texts`, the
+actor first asks for their embeddings and builds the prompt once they arrive. Finishing is one more when
+the hook has a `final_prompt`: its environment goes back to the cache, the final prompt is sampled, and
+the decoded text travels with the finished episode. An exception from an environment or a prompt hook
+(any of its parts) drops that episode only (the error text travels in its EpisodeResult); an environment
+that raised is closed, never reused.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from typing import Any, Callable, Optional
 
 import gymnasium
 
-from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EpisodeResult,
-                                         EpisodesCancelled, EpisodeSpec, PromptHook, PromptRequest, Response,
-                                         StepRecord)
+from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
+                                         Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, Prompt,
+                                         PromptHook, PromptRequest, Response, StepRecord)
 from explore_jax.envs.base import state_key as observation_key
 
 # How often an idle actor checks that its learner is still there.
@@ -46,7 +50,7 @@ class ActorConfig:
   prompt_hook: PromptHook
   envs_per_actor: int = 4
   max_prompt_tokens: int = 2048
-  request_timeout_s: Optional[float] = None  # exit when a request waits longer than this for its response
+  request_timeout_s: Optional[float] = None  # exit when a request waits longer than this for its answer
 
 
 class PromptTokenizer:
@@ -139,18 +143,24 @@ def _error_text(where: str, error: BaseException) -> str:
   return text if len(text) <= _MAX_ERROR_CHARS else text[:200] + "\n...\n" + text[-(_MAX_ERROR_CHARS - 205):]
 
 
+# What a live episode waits for from the learner (every live episode waits for one of them).
+_EMBEDDINGS, _RESPONSE, _FINAL = "embeddings", "response", "final response"
+
+
 @dataclasses.dataclass
 class _Episode:
   spec: EpisodeSpec
-  env: gymnasium.Env
+  env: Optional[gymnasium.Env]  # None once the episode is over and only its final response is awaited
   observation: str
   info: dict[str, Any]
   step: int = 0
   history: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   steps: list[StepRecord] = dataclasses.field(default_factory=list)
   prompt_ids: list[int] = dataclasses.field(default_factory=list)
+  prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
   truncated_tokens: int = 0
   truncated_prompts: int = 0
+  awaiting: str = _RESPONSE
   requested_at: float = 0.0
 
 
@@ -165,7 +175,7 @@ class Actor:
     self.episodes: dict[int, _Episode] = {}
 
   def oldest_request(self) -> Optional[float]:
-    """When the longest-waiting PromptRequest was sent (time.monotonic), or None if none waits."""
+    """When the longest-waiting request (prompt or embedding) was sent (time.monotonic), or None if none waits."""
     return min((ep.requested_at for ep in self.episodes.values()), default=None)
 
   def handle(self, message: Any) -> None:
@@ -173,11 +183,14 @@ class Actor:
       self._start(message)
     elif isinstance(message, Response):
       self._step(message)
+    elif isinstance(message, Embeddings):
+      self._embedded(message)
     elif isinstance(message, CancelEpisodes):
       cancelled = tuple(self.episodes)
       for ep in self.episodes.values():
         # Mid-episode but sound: the next episode's reset starts it afresh.
-        self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
+        if ep.env is not None:
+          self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
       self.episodes.clear()
       self.send(EpisodesCancelled(self.config.actor_id, cancelled))
     else:
@@ -185,7 +198,8 @@ class Actor:
 
   def close(self) -> None:
     for ep in self.episodes.values():
-      discard(ep.env)
+      if ep.env is not None:
+        discard(ep.env)
     self.episodes.clear()
     self.envs.close()
 
@@ -208,22 +222,59 @@ class Actor:
     self._ask(ep)
 
   def _ask(self, ep: _Episode) -> None:
+    """Asks for the embeddings the hook wants for this step, or (none wanted) for the step's action."""
+    embedding_texts = getattr(self.config.prompt_hook, "embedding_texts", None)
+    if embedding_texts is not None:
+      try:
+        texts = list(embedding_texts(ep.observation, list(ep.history), ep.spec.context, ep.info))
+      except Exception as e:
+        self._drop(ep, _error_text("the prompt hook's embedding_texts", e), env_broken=False)
+        return
+      if texts:
+        self._wait(ep, _EMBEDDINGS)
+        self.send(EmbedRequest(ep.spec.episode_id, ep.step, texts, self.config.actor_id))
+        return
+    self._prompt(ep, ep.info)
+
+  def _embedded(self, embeddings: Embeddings) -> None:
+    ep = self._waiting(embeddings, _EMBEDDINGS)
+    self._prompt(ep, {**ep.info, "embeddings": embeddings.vectors})
+
+  def _prompt(self, ep: _Episode, info: dict[str, Any]) -> None:
     try:
-      messages = self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, ep.info)
-      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(messages)
+      prompt = self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, info)
+      if not isinstance(prompt, Prompt):
+        prompt = Prompt(prompt)
+      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(prompt.messages)
+      # Cut like the sampled prompt, so an update can score the response under either.
+      ep.prompt_variants = {name: self.tokenizer.encode(messages)[0] for name, messages in prompt.variants.items()}
     except Exception as e:
       self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
       return
     ep.truncated_prompts += int(ep.truncated_tokens > 0)
-    ep.requested_at = time.monotonic()
+    self._wait(ep, _RESPONSE)
     self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id))
+
+  def _wait(self, ep: _Episode, what: str) -> None:
+    ep.awaiting = what
+    ep.requested_at = time.monotonic()
+
+  def _waiting(self, message: Any, what: str) -> _Episode:
+    """The episode `message` answers; a message it does not wait for is the learner's bug, not the episode's."""
+    ep = self.episodes.get(message.episode_id)
+    if ep is None or ep.awaiting != what or message.step != ep.step:
+      waiting = "nothing (this actor does not hold it)" if ep is None else f"step {ep.step}'s {ep.awaiting}"
+      raise ValueError(f"actor {self.config.actor_id} got the {what} for episode {message.episode_id} step "
+                       f"{message.step}, but that episode waits for {waiting}")
+    return ep
 
   def _step(self, response: Response) -> None:
     ep = self.episodes.get(response.episode_id)
-    if ep is None or response.step != ep.step:
-      waiting = None if ep is None else ep.step
-      raise ValueError(f"actor {self.config.actor_id} got a response for episode {response.episode_id} step "
-                       f"{response.step}, but that episode waits for step {waiting}")
+    if ep is not None and ep.awaiting == _FINAL:
+      self._waiting(response, _FINAL)
+      self._finish(ep, response)
+      return
+    ep = self._waiting(response, _RESPONSE)
     text = self.tokenizer.decode(response.tokens)
     try:
       observation, reward, terminated, truncated, info = ep.env.step(text)
@@ -240,23 +291,47 @@ class Actor:
         format_reward=float(info.get("format_reward", 1.0)),
         state_key=int(observation_key(ep.observation) if key is None else key),
         done=done, success=bool(info.get("success", False)), info=dict(info),
-        truncated_tokens=ep.truncated_tokens))
+        truncated_tokens=ep.truncated_tokens, observation=ep.observation, prompt_variants=ep.prompt_variants))
     ep.history.append((ep.observation, text))
     ep.observation, ep.info = observation, dict(info)
     ep.step += 1
     if not done:
       self._ask(ep)
       return
-    del self.episodes[ep.spec.episode_id]
+    # The environment is no longer needed, whatever the final prompt does.
     self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
+    ep.env = None
+    final_prompt = getattr(self.config.prompt_hook, "final_prompt", None)
+    messages, truncated = None, 0
+    if final_prompt is not None:
+      try:
+        messages = final_prompt(ep.observation, list(ep.history), ep.spec.context, ep.info)
+        if messages is not None:
+          ep.prompt_ids, truncated = self.tokenizer.encode(messages)
+      except Exception as e:
+        self._drop(ep, _error_text("the prompt hook's final_prompt or the tokenizer", e), env_broken=False)
+        return
+    if messages is None:
+      self._finish(ep)
+      return
+    ep.truncated_prompts += int(truncated > 0)
+    self._wait(ep, _FINAL)
+    self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id, final=True))
+
+  def _finish(self, ep: _Episode, final_response: Optional[Response] = None) -> None:
+    del self.episodes[ep.spec.episode_id]
     self.send(EpisodeResult(
         spec=ep.spec, steps=ep.steps, success=ep.steps[-1].success,
         total_reward=sum(s.task_reward for s in ep.steps), feedback=str(ep.info.get("feedback", "")),
-        actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts))
+        actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts,
+        final_text="" if final_response is None else self.tokenizer.decode(final_response.tokens),
+        final_response=final_response))
 
   def _drop(self, ep: _Episode, error: str, *, env_broken: bool) -> None:
     del self.episodes[ep.spec.episode_id]
-    if env_broken:
+    if ep.env is None:
+      pass  # an episode that is over has given its environment back already
+    elif env_broken:
       discard(ep.env)
     else:
       self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
@@ -305,7 +380,7 @@ def _serve(actor: Actor, inbox: Any) -> Optional[str]:
         return None
       oldest = actor.oldest_request()
       if timeout is not None and oldest is not None and time.monotonic() - oldest > timeout:
-        return f"a request waited more than request_timeout_s={timeout} s for its response"
+        return f"a request waited more than request_timeout_s={timeout} s for its answer"
       continue
     if message is STOP:
       return None

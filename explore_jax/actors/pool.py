@@ -2,12 +2,17 @@
 
   with ActorPool(num_actors=2, tokenizer_dir=d, prompt_hook=hook, envs_per_actor=4) as pool:
     results, metrics = pool.run(episode_specs, policy_fn)  # policy_fn(list[PromptRequest]) -> list[Response]
+    # A hook with embedding_texts needs the learner's encoder too:
+    results, metrics = pool.run(episode_specs, policy_fn, embed_fn)  # (list[EmbedRequest]) -> [array [n, E]]
 
 `run` hands each actor up to `envs_per_actor` episodes (the least loaded first, another as one finishes),
-then loops: block until some actor says something, drain whatever else has arrived, call `policy_fn`
-once on every pending PromptRequest of every actor (central inference: one sampler call), and send each
-Response back to the actor that asked. Actors step their environments while `policy_fn` samples for the
-others. Results come back sorted by episode_id, whatever the timing.
+then loops: block until some actor says something, drain whatever else has arrived, call `embed_fn` once
+on every pending EmbedRequest and then `policy_fn` once on every pending PromptRequest of every actor
+(central inference: one encoder call, one sampler call), and send each answer back to the actor that
+asked. Embeddings go out first, so those actors build their prompts while `policy_fn` samples. Actors
+step their environments while `policy_fn` samples for the others. Final requests (PromptRequest.final,
+from a hook's final_prompt) go to `policy_fn` with the others. Results come back sorted by episode_id,
+whatever the timing.
 
 Transport. Each actor process has its own two channels, so no death can damage another actor's: a
 spawn-context Queue to it (its feeder thread means the learner never blocks on a slow or hung actor) and
@@ -16,12 +21,13 @@ pipe, which is thrown away with it). The learner waits on every pipe and every p
 (multiprocessing.connection.wait), so it sees a death the moment it happens.
 
 Faults. An actor that dies, or that sends nothing for `episode_timeout_s` while it has work in hand (a
-spec or a response it has not answered; time the actor spends waiting for `policy_fn` never counts), is
-killed and replaced by a fresh process with the same actor_id. Results it sent before are kept; its
-unfinished episodes come back dropped (`EpisodeResult.error` says why, no steps) and are never retried
-here: the caller decides. An environment that raises drops only its episode (the actor sends the error).
-More than `max_restarts` replacements in one run raise RuntimeError, as does an actor that cannot start.
-When `run` raises (that, or an exception from `policy_fn`), the actors abandon the run's episodes
+spec, a response or embeddings it has not answered; time the actor spends waiting for `policy_fn` or
+`embed_fn` never counts), is killed and replaced by a fresh process with the same actor_id. Results it
+sent before are kept; its unfinished episodes come back dropped (`EpisodeResult.error` says why, no
+steps) and are never retried here: the caller decides. An environment or a prompt hook that raises drops
+only its episode (the actor sends the error). More than `max_restarts` replacements in one run raise
+RuntimeError, as does an actor that cannot start. When `run` raises (that, an exception from `policy_fn`
+or `embed_fn`, or an EmbedRequest when there is no `embed_fn`), the actors abandon the run's episodes
 (CancelEpisodes) and the pool serves the next run with the same processes.
 
 Spawned processes import the main module again (the usual `if __name__ == "__main__":` guard applies),
@@ -41,13 +47,20 @@ import time
 import warnings
 import weakref
 from multiprocessing import connection
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
 
 from explore_jax.actors.actor import ActorConfig, actor_main
-from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EpisodeResult,
-                                         EpisodesCancelled, EpisodeSpec, PromptHook, PromptRequest, Response)
+from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
+                                         Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, PromptHook,
+                                         PromptRequest, Response)
 
 PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
+# One array [len(request.texts), E] per request, in the order of the requests.
+EmbedFn = Callable[[list[EmbedRequest]], Sequence[np.ndarray]]
+# What actors ask the learner for, with the actor and the incarnation of its process that asked.
+_Asked = tuple[Union[PromptRequest, EmbedRequest], "_Actor", int]
 
 # How long close() lets actors finish closing their environments before killing them.
 _CLOSE_GRACE_S = 5.0
@@ -77,7 +90,8 @@ class _Actor:
 class _Run:
   """The state of one `run` call: episodes still to hand out, results, counters."""
 
-  def __init__(self, specs: list[EpisodeSpec]):
+  def __init__(self, specs: list[EpisodeSpec], on_result: Optional[Callable[[EpisodeResult], None]] = None):
+    self.on_result = on_result
     self.total = len(specs)
     self.pending = collections.deque(specs)
     self.results: dict[int, EpisodeResult] = {}
@@ -87,6 +101,9 @@ class _Run:
     self.requests = 0
     self.max_batch = 0
     self.policy_seconds = 0.0
+    self.embed_calls = 0
+    self.embed_requests = 0
+    self.embed_seconds = 0.0
     self.wait_seconds = 0.0
 
   @property
@@ -95,10 +112,12 @@ class _Run:
 
   def finish(self, result: EpisodeResult) -> None:
     self.results[result.spec.episode_id] = result
+    if self.on_result is not None:
+      self.on_result(result)
 
   def drop(self, spec: EpisodeSpec, error: str, actor_id: int) -> None:
-    self.results[spec.episode_id] = EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0,
-                                                  feedback="", error=error, actor_id=actor_id)
+    self.finish(EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0, feedback="", error=error,
+                              actor_id=actor_id))
     self.actor_drops += 1
 
   def metrics(self, wall_seconds: float) -> dict[str, float]:
@@ -118,6 +137,9 @@ class _Run:
         mean_batch_size=self.requests / max(self.policy_calls, 1),
         max_batch_size=self.max_batch,
         policy_seconds=self.policy_seconds,
+        embed_calls=self.embed_calls,
+        embed_requests=self.embed_requests,
+        embed_seconds=self.embed_seconds,
         wait_seconds=self.wait_seconds,
         wall_seconds=wall_seconds,
     )
@@ -132,8 +154,9 @@ class ActorPool:
     prompt_hook: the method's prompt builder (protocol.PromptHook; picklable, importable without jax).
     envs_per_actor: live episodes one actor interleaves.
     max_prompt_tokens: longer prompts keep their last this-many tokens (counted in the metrics).
-    request_timeout_s: an actor whose request waits longer than this for its response takes the learner
-      for gone and exits (None: wait as long as the learner lives); must exceed the slowest policy_fn call.
+    request_timeout_s: an actor whose request waits longer than this for its answer takes the learner for
+      gone and exits (None: wait as long as the learner lives); must exceed the slowest policy_fn (and
+      embed_fn) call.
     episode_timeout_s: an actor silent this long while it has work in hand is hung: killed and replaced.
     max_restarts: actor replacements allowed in one run before it raises RuntimeError.
     start_timeout_s: how long a (re)started actor may take to load the tokenizer and say hello.
@@ -188,9 +211,14 @@ class ActorPool:
     """What each current actor process reported when it started (None until it has)."""
     return [a.hello for a in self._actors]
 
-  def run(self, episode_specs: Iterable[EpisodeSpec], policy_fn: PolicyFn
+  def run(self, episode_specs: Iterable[EpisodeSpec], policy_fn: PolicyFn, embed_fn: Optional[EmbedFn] = None,
+          on_result: Optional[Callable[[EpisodeResult], None]] = None
           ) -> tuple[list[EpisodeResult], dict[str, float]]:
-    """Plays every episode to its end or drops it; returns the results by episode_id and the metrics."""
+    """Plays every episode to its end or drops it; returns the results by episode_id and the metrics.
+
+    `embed_fn` answers the EmbedRequests of a prompt hook with embedding_texts; without one, such a
+    request raises ValueError. `on_result` is called with each result as it arrives (a progress bar).
+    """
     if not self._finalizer.alive:
       raise RuntimeError("the ActorPool is closed")
     specs = list(episode_specs)
@@ -198,7 +226,7 @@ class ActorPool:
     if len(set(ids)) != len(ids):
       raise ValueError(f"episode ids must be unique in a run, got duplicates "
                        f"{sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
-    run = _Run(specs)
+    run = _Run(specs, on_result)
     start = time.monotonic()
     try:
       self._revive(run)
@@ -206,7 +234,7 @@ class ActorPool:
         self._assign(run)
         batch = self._collect(run)
         if batch:
-          self._answer(run, batch, policy_fn)
+          self._answer(run, batch, policy_fn, embed_fn)
     except BaseException:
       # Actors holding episodes of this run would answer into the next one.
       self._abort()
@@ -300,7 +328,7 @@ class ActorPool:
       actor.live[spec.episode_id] = spec
       self._hand_over(actor, spec)
 
-  def _collect(self, run: _Run) -> list[tuple[PromptRequest, _Actor, int]]:
+  def _collect(self, run: _Run) -> list[_Asked]:
     """Blocks for the first message, then takes whatever else has arrived (within batch_wait_s)."""
     batch, _ = self._poll(run, self._next_timeout())
     window_end = None
@@ -318,9 +346,39 @@ class ActorPool:
       if not arrived:
         return [(req, a, inc) for req, a, inc in batch if a.incarnation == inc and req.episode_id in a.live]
 
-  def _answer(self, run: _Run, batch: list[tuple[PromptRequest, _Actor, int]], policy_fn: PolicyFn) -> None:
+  def _answer(self, run: _Run, batch: list[_Asked], policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
     # A canonical order: what the policy sees does not depend on which actor spoke first.
     batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
+    embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
+    prompts = [entry for entry in batch if isinstance(entry[0], PromptRequest)]
+    if embeds:
+      self._embed(run, embeds, embed_fn)
+    if prompts:
+      self._sample(run, prompts, policy_fn)
+
+  def _embed(self, run: _Run, batch: list[_Asked], embed_fn: Optional[EmbedFn]) -> None:
+    requests = [req for req, _, _ in batch]
+    if embed_fn is None:
+      raise ValueError(f"actors asked for embeddings (the prompt hook defines embedding_texts) of episodes "
+                       f"{sorted({r.episode_id for r in requests})}, but run() got no embed_fn")
+    start = time.monotonic()
+    vectors = list(embed_fn(requests))
+    run.embed_seconds += time.monotonic() - start
+    run.embed_calls += 1
+    run.embed_requests += len(requests)
+    if len(vectors) != len(requests):
+      raise ValueError(f"embed_fn must return one array per EmbedRequest: got {len(vectors)} for {len(requests)}")
+    vectors = [np.asarray(rows, np.float32) for rows in vectors]
+    for req, rows in zip(requests, vectors):
+      if rows.ndim != 2 or rows.shape[0] != len(req.texts):
+        raise ValueError(f"embed_fn must return an array [len(texts), E] per EmbedRequest: episode {req.episode_id} "
+                         f"step {req.step} asked for {len(req.texts)} texts, got shape {rows.shape}")
+    for (req, actor, incarnation), rows in zip(batch, vectors):
+      # As for responses: a replaced actor's episodes are dropped already.
+      if actor.incarnation == incarnation and req.episode_id in actor.live:
+        self._hand_over(actor, Embeddings(req.episode_id, req.step, rows))
+
+  def _sample(self, run: _Run, batch: list[_Asked], policy_fn: PolicyFn) -> None:
     requests = [req for req, _, _ in batch]
     start = time.monotonic()
     responses = list(policy_fn(requests))
@@ -356,8 +414,7 @@ class ActorPool:
         deadlines.append(a.last_progress + self.episode_timeout_s)
     return None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
 
-  def _poll(self, run: Optional[_Run], timeout: Optional[float]
-            ) -> tuple[list[tuple[PromptRequest, _Actor, int]], int]:
+  def _poll(self, run: Optional[_Run], timeout: Optional[float]) -> tuple[list[_Asked], int]:
     """Waits up to `timeout`, handles messages, deaths and deadlines; -> (requests, channels that spoke)."""
     watched = {}
     for a in self._actors:
@@ -368,7 +425,7 @@ class ActorPool:
     ready = connection.wait(list(watched), timeout)
     if run is not None and timeout != 0:
       run.wait_seconds += time.monotonic() - start
-    batch: list[tuple[PromptRequest, _Actor, int]] = []
+    batch: list[_Asked] = []
     dead: dict[int, _Actor] = {}
     for obj in ready:
       actor = watched[obj]
@@ -410,13 +467,14 @@ class ActorPool:
       if isinstance(message, EpisodesCancelled):
         actor.cancelling = False
         actor.owed -= 1
-    elif isinstance(message, (PromptRequest, EpisodeResult)):
-      episode_id = message.episode_id if isinstance(message, PromptRequest) else message.spec.episode_id
+    elif isinstance(message, (PromptRequest, EmbedRequest, EpisodeResult)):
+      episode_id = message.spec.episode_id if isinstance(message, EpisodeResult) else message.episode_id
       if episode_id not in actor.live:
         raise RuntimeError(f"actor {actor.actor_id} sent a {type(message).__name__} for episode {episode_id}, "
                            f"which it does not hold")
+      # A request hands the work back to the learner: the actor owes nothing for it until it is answered.
       actor.owed -= 1
-      if isinstance(message, PromptRequest):
+      if not isinstance(message, EpisodeResult):
         batch.append((message, actor, actor.incarnation))
       else:
         del actor.live[episode_id]

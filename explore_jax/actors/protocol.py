@@ -6,16 +6,21 @@ episode's steps back. Randomness never depends on timing: an episode's environme
 and the sampler keys each response by (episode, step), so a run is reproducible however the actors
 interleave.
 
-Learner -> actor: EpisodeSpec (play it), Response (the next action of one episode), CancelEpisodes
-(abandon them all), STOP (exit).
-Actor -> learner: ActorHello (once, when ready), PromptRequest, EpisodeResult, EpisodesCancelled,
-ActorFailure (before exiting on an error that belongs to no episode).
+Two optional parts of a prompt hook add round trips: `embedding_texts` has the learner embed texts
+before a step's prompt is built (EmbedRequest -> Embeddings: the encoder lives with the learner), and
+`final_prompt` asks for one more generation once the episode is over (a PromptRequest with final=True
+whose text is no action: it comes back as EpisodeResult.final_text, e.g. EMPO2's tip).
+
+Learner -> actor: EpisodeSpec (play it), Response (the next action of one episode, or its final text),
+Embeddings (the vectors of an EmbedRequest), CancelEpisodes (abandon them all), STOP (exit).
+Actor -> learner: ActorHello (once, when ready), PromptRequest, EmbedRequest, EpisodeResult,
+EpisodesCancelled, ActorFailure (before exiting on an error that belongs to no episode).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -35,11 +40,38 @@ class EpisodeSpec:
 
 @dataclasses.dataclass(frozen=True)
 class PromptRequest:
-  """An episode needs its next action: the tokenised prompt of step `step`."""
+  """An episode needs its next action: the tokenised prompt of step `step`.
+
+  With `final` the episode is over and this is the prompt hook's final_prompt (step = the number of steps
+  taken): the answer is decoded into EpisodeResult.final_text and never steps the environment, so the
+  policy may sample it differently (another temperature, a longer budget).
+  """
   episode_id: int
   step: int
   prompt_ids: list[int]
   actor_id: int = -1         # the actor asking (the learner answers through that actor's channel)
+  final: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedRequest:
+  """Before building step `step`'s prompt, an episode needs `texts` embedded (the hook's embedding_texts).
+
+  The encoder is a network on the learner's accelerator, so actors ask for vectors as they ask for actions,
+  and the learner batches the requests of all actors into one call.
+  """
+  episode_id: int
+  step: int
+  texts: list[str]
+  actor_id: int = -1         # the actor asking (the learner answers through that actor's channel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Embeddings:
+  """The learner's answer to an EmbedRequest: one row per text, in the order asked."""
+  episode_id: int
+  step: int
+  vectors: np.ndarray       # [len(texts), E] float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,13 +105,36 @@ class StepRecord:
   success: bool
   info: dict[str, Any]      # what the environment reported (admissible actions, feedback, histories...)
   truncated_tokens: int = 0  # prompt tokens cut from the left to fit max_prompt_tokens
+  observation: str = ""      # the observation this step's prompt was built from (before the step)
+  # The hook's Prompt.variants, tokenised (and cut) as prompt_ids is: other prompts of the same step that
+  # were not sampled from, for updates that score the response under them (EMPO2's prompt without tips).
+  prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Prompt:
+  """What a prompt hook may return instead of plain messages: the prompt to sample from, and variants.
+
+  Each variant is tokenised like `messages` into StepRecord.prompt_variants under its name; only
+  `messages` is sent to the policy.
+  """
+  messages: list[dict[str, str]]
+  variants: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small
 # dataclass with __call__): (observation, history of (observation, response text) pairs, the episode's
-# spec context, the environment's info) -> chat messages [{"role": ..., "content": ...}]. The actor applies
-# the tokenizer's chat template with the generation prompt, or joins the contents when there is none.
-PromptHook = Callable[[str, list[tuple[str, str]], dict[str, Any], dict[str, Any]], list[dict[str, str]]]
+# spec context, the environment's info) -> chat messages [{"role": ..., "content": ...}], or a Prompt. The
+# actor applies the tokenizer's chat template with the generation prompt, or joins the contents when there
+# is none. A hook object may also define, with the same arguments:
+#   embedding_texts(...) -> list[str]: texts the learner embeds before each step's prompt is built; a
+#     non-empty list makes the actor send an EmbedRequest and call the hook with info["embeddings"] set
+#     to the answer's vectors [len(texts), E] (e.g. to retrieve the tips nearest the observation).
+#   final_prompt(...) -> chat messages or None: called once when the episode is done (history holds every
+#     step; observation and info are the final ones); messages are sampled as a final PromptRequest and
+#     the decoded answer is the episode's final_text.
+PromptHook = Callable[[str, list[tuple[str, str]], dict[str, Any], dict[str, Any]],
+                      Union[list[dict[str, str]], Prompt]]
 
 
 @dataclasses.dataclass
@@ -92,7 +147,9 @@ class EpisodeResult:
   feedback: str
   error: Optional[str] = None
   actor_id: int = -1
-  truncated_prompts: int = 0  # steps whose prompt was cut to fit max_prompt_tokens
+  truncated_prompts: int = 0  # prompts (the steps' and the final one) cut to fit max_prompt_tokens
+  final_text: str = ""        # the decoded answer to the hook's final_prompt ("" when it asked none)
+  final_response: Optional[Response] = None  # that answer as the policy sampled it
 
   @property
   def dropped(self) -> bool:

@@ -1,15 +1,18 @@
-"""What the actor tests need inside spawned actors: a KeyDoor that fails on demand, and a prompt hook.
+"""What the actor tests need inside spawned actors: a KeyDoor that fails on demand, and prompt hooks.
 
 Spawned processes import by module path, so these live in a module (not in a test file) that the child
 imports as `tests.actors.actor_fixtures` (the repository root is on sys.path, and spawn passes it on).
 No jax here: importing this module in an actor must keep it jax-free.
 """
 
+import dataclasses
 import sys
 import time
 
 import gymnasium
+import numpy as np
 
+from explore_jax.actors.protocol import Prompt
 from explore_jax.envs import KeyDoorEnv
 
 FAULTY_ID = "explore_jax_tests/FaultyKeyDoor-v0"
@@ -52,6 +55,39 @@ def failing_prompt(observation, history, context, info):
   return prompt(observation, history, context, info)
 
 
+@dataclasses.dataclass(frozen=True)
+class MethodPrompt:
+  """A hook object with every optional part, each switched on by the episode's context (as a method's is):
+
+    "tip": the prompt starts with it; the variant "no_tip" is the same prompt without it (EMPO2's pair)
+    "embed": the learner embeds the observation; the prompt shows the vector's first value
+    "final": once the episode is over, a final prompt asks for a tip
+    "fail": "embedding_texts" or "final_prompt" raises
+  Without any of them it prompts exactly as `prompt` does.
+  """
+
+  def __call__(self, observation, history, context, info):
+    messages = prompt(observation, history, context, info)
+    if "embeddings" in info:
+      messages[0]["content"] += f"\n[embedding: {info['embeddings'][0, 0]:g}]"
+    if "tip" not in context:
+      return messages
+    return Prompt([{"role": "user", "content": f"Tip: {context['tip']}\n{messages[0]['content']}"}],
+                  {"no_tip": messages})
+
+  def embedding_texts(self, observation, history, context, info):
+    if context.get("fail") == "embedding_texts":
+      raise KeyError("no tip memory")
+    return [observation] if context.get("embed") else []
+
+  def final_prompt(self, observation, history, context, info):
+    if context.get("fail") == "final_prompt":
+      raise KeyError("no reflection template")
+    if not context.get("final"):
+      return None
+    return [{"role": "user", "content": f"{observation}\nThe episode ended after {len(history)} steps. Write a tip."}]
+
+
 # ---- the learner's side of the tests: a scripted policy and its replay --------------------------------
 
 def mirror(spec):
@@ -67,11 +103,36 @@ def scripted_action(env, episode_id, step):
   return "dance!" if (episode_id + step) % 4 == 3 else env.oracle_action()
 
 
-def chat_text(observation, preamble="", jax_loaded=False):
+def chat_text(observation, preamble="", jax_loaded=False, suffix=""):
   """The tiny tokenizer's chat template written out by hand for `prompt`'s single user message.
 
   `jax_loaded` is what the hook saw: False in actor processes; in-process tests pass their own
   process's state, which depends on what other tests ran before them.
   """
-  return (f"<|im_start|>user\n{preamble}{observation}\n[jax loaded: {jax_loaded}]<|im_end|>\n"
+  return (f"<|im_start|>user\n{preamble}{observation}\n[jax loaded: {jax_loaded}]{suffix}<|im_end|>\n"
           f"<|im_start|>assistant\n")
+
+
+def embed_text(text):
+  """The stand-in encoder: a deterministic vector per text (its first value a whole number, printed exactly)."""
+  return np.array([sum(map(ord, text)) % 1000, len(text), 0.5, -1.0], np.float32)
+
+
+def embed(requests):
+  """An embed_fn: one row per text of each EmbedRequest."""
+  return [np.stack([embed_text(t) for t in r.texts]) for r in requests]
+
+
+def final_tip(episode_id):
+  """What the scripted policy answers to an episode's final prompt."""
+  return f"Tip for episode {episode_id}: take the key first."
+
+
+def method_texts(context, observation, jax_loaded=False):
+  """(prompt text, {variant: text}) that MethodPrompt builds for an episode with `context`, by hand."""
+  preamble = context.get("preamble", "")
+  suffix = f"\n[embedding: {embed_text(observation)[0]:g}]" if context.get("embed") else ""
+  plain = chat_text(observation, preamble, jax_loaded, suffix)
+  if "tip" not in context:
+    return plain, {}
+  return chat_text(observation, f"Tip: {context['tip']}\n{preamble}", jax_loaded, suffix), {"no_tip": plain}

@@ -1,4 +1,5 @@
-"""The actor's event loop in-process: prompts, truncation, records, interleaving, and failing episodes."""
+"""The actor's event loop in-process: prompts, truncation, records, interleaving, failing episodes, and the
+optional parts of a hook object (embeddings, prompt variants, a final prompt)."""
 
 import dataclasses
 import pathlib
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from explore_jax.actors.actor import Actor, ActorConfig, PromptTokenizer, _serve
-from explore_jax.actors.protocol import STOP, EpisodeResult, EpisodeSpec, PromptRequest, Response
+from explore_jax.actors.protocol import (STOP, EmbedRequest, Embeddings, EpisodeResult, EpisodeSpec, PromptRequest,
+                                         Response)
 from tests.actors import actor_fixtures
 
 TINY = str(pathlib.Path(__file__).parents[2] / "explore_jax/hf/assets/tiny")
@@ -37,13 +39,17 @@ def respond(tokenizer, request, text):
                   np.ones(n, np.float32), np.zeros(n, np.int32), policy_version=3)
 
 
-def spec(episode_id, env_id="explore_jax/KeyDoor-v0", **reset_options):
+def spec(episode_id, env_id="explore_jax/KeyDoor-v0", context=None, **reset_options):
   return EpisodeSpec(episode_id=episode_id, group_id=episode_id // 2, traj_id=episode_id + 100, env_id=env_id,
-                     env_kwargs={"num_rooms": 3}, seed=episode_id, reset_options=reset_options)
+                     env_kwargs={"num_rooms": 3}, seed=episode_id, reset_options=reset_options,
+                     context=context or {})
 
 
 def play(actor, sent, tokenizer, specs, started=()):
-  """Starts `specs`, answers (scripted) until nothing is left to answer; `started`: specs already handed."""
+  """Starts `specs`, answers (scripted) until nothing is left to answer; `started`: specs already handed.
+
+  Embeddings come from actor_fixtures.embed, a final prompt is answered with actor_fixtures.final_tip.
+  """
   by_id = {s.episode_id: s for s in [*started, *specs]}
   mirrors = {}
   for s in specs:
@@ -54,7 +60,13 @@ def play(actor, sent, tokenizer, specs, started=()):
     if isinstance(message, EpisodeResult):
       results[message.spec.episode_id] = message
       continue
-    if message.step == 0:
+    if isinstance(message, EmbedRequest):
+      actor.handle(Embeddings(message.episode_id, message.step, actor_fixtures.embed([message])[0]))
+      continue
+    if message.final:
+      actor.handle(respond(tokenizer, message, actor_fixtures.final_tip(message.episode_id)))
+      continue
+    if message.episode_id not in mirrors:
       mirrors[message.episode_id] = actor_fixtures.mirror(by_id[message.episode_id])[0]
     env = mirrors[message.episode_id]
     text = actor_fixtures.scripted_action(env, message.episode_id, message.step)
@@ -72,7 +84,9 @@ def test_an_episode_is_recorded_step_by_step_as_the_environment_played_it(tokeni
   for k, record in enumerate(result.steps):
     assert (record.episode_id, record.group_id, record.traj_id, record.step_index, record.actor_id) == (
         5, 2, 105, k, 7)
-    assert tokenizer.tokenizer.decode(record.prompt_ids) == actor_fixtures.chat_text(observation, jax_loaded='jax' in sys.modules)
+    assert tokenizer.tokenizer.decode(record.prompt_ids) == actor_fixtures.chat_text(
+        observation, jax_loaded="jax" in sys.modules)
+    assert record.observation == observation and record.prompt_variants == {}
     assert record.state_key == info["state_key"]  # the key of the observation the prompt showed
     text = actor_fixtures.scripted_action(env, 5, k)
     assert record.response_text == text and record.response.policy_version == 3
@@ -82,6 +96,7 @@ def test_an_episode_is_recorded_step_by_step_as_the_environment_played_it(tokeni
     assert record.info == info and record.truncated_tokens == 0
   assert record.done and [r.format_reward for r in result.steps].count(0.0) >= 1
   assert (result.success, result.total_reward, result.feedback) == (info["success"], reward, info["feedback"])
+  assert (result.final_text, result.final_response) == ("", None)  # a plain function hook has no final prompt
   assert actor.episodes == {} and actor.envs.created == 1
 
 
@@ -171,3 +186,87 @@ def test_an_actor_leaves_when_its_learner_stops_answering_or_says_stop(tokenizer
   start = time.monotonic()
   assert "request_timeout_s=0.2" in _serve(actor, inbox)
   assert 0.2 <= time.monotonic() - start < 5
+
+
+def _ids(tokenizer, text):
+  return tokenizer.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_a_hook_object_gets_embeddings_records_variants_and_asks_a_final_prompt(tokenizer):
+  actor, sent = make_actor(tokenizer, hook=actor_fixtures.MethodPrompt())
+  jax_loaded = "jax" in sys.modules
+  context = {"embed": True, "tip": "keys open doors", "final": True}
+  s = spec(4, context=context)
+  env, observation, _ = actor_fixtures.mirror(s)
+  actor.handle(s)
+  # The observation is embedded before the prompt is built; the episode waits for nothing else meanwhile.
+  asked = sent.pop()
+  assert asked == EmbedRequest(4, 0, [observation], actor_id=7) and not sent
+  assert actor.oldest_request() is not None
+  with pytest.raises(ValueError, match="waits for step 0's embeddings"):
+    actor.handle(respond(tokenizer, PromptRequest(4, 0, [1]), "go left"))
+  with pytest.raises(ValueError, match="waits for step 0's embeddings"):
+    actor.handle(Embeddings(4, 1, actor_fixtures.embed([asked])[0]))
+  actor.handle(Embeddings(4, 0, actor_fixtures.embed([asked])[0]))
+  request = sent[0]
+  text, variants = actor_fixtures.method_texts(context, observation, jax_loaded)
+  assert "[embedding: " in text and request.prompt_ids == _ids(tokenizer, text) and not request.final
+  with pytest.raises(ValueError, match="waits for step 0's response"):
+    actor.handle(Embeddings(4, 0, actor_fixtures.embed([asked])[0]))
+
+  result = play(actor, sent, tokenizer, [], started=[s])[4]
+  assert result.error is None and result.steps[-1].done
+  for k, record in enumerate(result.steps):
+    text, variants = actor_fixtures.method_texts(context, observation, jax_loaded)
+    assert record.observation == observation
+    assert record.prompt_ids == _ids(tokenizer, text)
+    assert record.prompt_variants == {"no_tip": _ids(tokenizer, variants["no_tip"])}
+    observation = env.step(actor_fixtures.scripted_action(env, 4, k))[0]
+  assert result.final_text == actor_fixtures.final_tip(4)
+  assert result.final_response.step == len(result.steps) and result.final_response.policy_version == 3
+  assert result.total_reward == sum(r.task_reward for r in result.steps)
+
+
+def test_the_final_prompt_comes_after_the_last_step_and_its_environment_is_back_in_the_cache(tokenizer):
+  actor, sent = make_actor(tokenizer, max_prompt_tokens=30, hook=actor_fixtures.MethodPrompt())
+  s = spec(2, context={"final": True})
+  env = actor_fixtures.mirror(s)[0]
+  actor.handle(s)
+  steps = 0
+  while not sent[-1].final:
+    request = sent.pop()
+    assert request.step == steps and not isinstance(request, EmbedRequest)  # no "embed" in its context
+    text = actor_fixtures.scripted_action(env, 2, steps)
+    observation = env.step(text)[0]
+    actor.handle(respond(tokenizer, request, text))
+    steps += 1
+  final = sent.pop()
+  assert final.step == steps and final.actor_id == 7 and not sent
+  # Its prompt sees the whole history and the final observation (cut to 30 tokens, like any prompt).
+  full = _ids(tokenizer, f"<|im_start|>user\n{observation}\nThe episode ended after {steps} steps. Write a tip."
+                         f"<|im_end|>\n<|im_start|>assistant\n")
+  assert final.prompt_ids == full[-30:]
+  # The episode is over: its environment serves the next episode while the final answer is awaited.
+  assert actor.episodes[2].env is None
+  play(actor, sent, tokenizer, [spec(3)])
+  assert actor.envs.created == 1
+  actor.handle(respond(tokenizer, final, "Keys first."))
+  result = sent.pop()
+  assert result.final_text == "Keys first." and len(result.steps) == steps and not actor.episodes
+  assert result.truncated_prompts == steps + 1  # every step's prompt and the final one were cut
+
+
+def test_errors_in_embedding_texts_or_final_prompt_drop_only_their_episode(tokenizer):
+  actor, sent = make_actor(tokenizer, hook=actor_fixtures.MethodPrompt())
+  specs = [spec(0, context={"embed": True, "fail": "embedding_texts"}),
+           spec(1, context={"final": True, "fail": "final_prompt"}), spec(2, context={"embed": True, "final": True})]
+  results = play(actor, sent, tokenizer, specs)
+  assert "the prompt hook's embedding_texts raised KeyError: 'no tip memory'" in results[0].error
+  assert "the prompt hook's final_prompt or the tokenizer raised KeyError" in results[1].error
+  assert all(results[i].dropped and results[i].steps == [] for i in (0, 1))
+  assert results[2].error is None and results[2].final_text == actor_fixtures.final_tip(2)
+  # Neither environment was broken: both went back to the cache, each once, and serve again.
+  idle = [env for envs in actor.envs._idle.values() for env in envs]
+  assert actor.envs.created == 2 and len({id(env) for env in idle}) == len(idle) == 2 and not actor.episodes
+  play(actor, sent, tokenizer, [spec(3), spec(4)])
+  assert actor.envs.created == 2

@@ -1,10 +1,13 @@
-"""ActorPool end to end with spawned actors: results, determinism, no jax, truncation, and faults.
+"""ActorPool end to end with spawned actors: results, determinism, no jax, truncation, faults, and a hook
+object's embeddings, prompt variants and final prompts.
 
-One pool serves the module (starting an actor costs seconds); the fault tests tighten its settings for
-their run. Every actor process it ever started must be reaped by the end.
+One pool with a plain function hook serves most of the module (starting an actor costs seconds), a second
+one the hook object; the fault tests tighten settings for their run. Every actor process either ever
+started must be reaped by the end.
 """
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import random
@@ -73,6 +76,15 @@ def pool():
     yield p
 
 
+@pytest.fixture(scope="module")
+def method_pool():
+  """A pool whose hook is an object with embedding_texts, prompt variants and final_prompt."""
+  with ActorPool(num_actors=2, tokenizer_dir=TINY, prompt_hook=actor_fixtures.MethodPrompt(), envs_per_actor=2,
+                 max_prompt_tokens=MAX_PROMPT_TOKENS) as p:
+    _track(p)
+    yield p
+
+
 @contextlib.contextmanager
 def adjusted(pool, **settings):
   """The pool with some settings changed for one test (they are read afresh by every run)."""
@@ -87,7 +99,8 @@ def adjusted(pool, **settings):
 
 
 class ScriptedPolicy:
-  """The fake central policy: each episode's scripted action (a local mirror tracks its state)."""
+  """The fake central policy: each episode's scripted action (a local mirror tracks its state), and
+  actor_fixtures.final_tip for a final prompt."""
 
   def __init__(self, tokenizer, specs, before_answering=None, jitter_s=0.0):
     self.tokenizer = tokenizer
@@ -98,10 +111,12 @@ class ScriptedPolicy:
     self.jitter_s = jitter_s
     self.calls = 0
     self.seen = []  # (call, episode_id, step, actor_id) of every request
+    self.requests = []  # every request, as it came
 
   def __call__(self, requests):
     self.calls += 1
     self.seen += [(self.calls, r.episode_id, r.step, r.actor_id) for r in requests]
+    self.requests += requests
     if self.before_answering is not None:
       self.before_answering(self, requests)
     if self.jitter is not None:
@@ -112,8 +127,11 @@ class ScriptedPolicy:
         self.mirrors[r.episode_id] = actor_fixtures.mirror(self.specs[r.episode_id])[0]
       env = self.mirrors[r.episode_id]
       assert env.steps == r.step
-      text = actor_fixtures.scripted_action(env, r.episode_id, r.step)
-      env.step(text)
+      if r.final:
+        text = actor_fixtures.final_tip(r.episode_id)
+      else:
+        text = actor_fixtures.scripted_action(env, r.episode_id, r.step)
+        env.step(text)
       tokens = np.asarray(self.tokenizer(text, add_special_tokens=False)["input_ids"] + [IM_END], np.int32)
       n = len(tokens)
       responses.append(Response(r.episode_id, r.step, tokens, np.zeros(n, np.float32), np.ones(n, np.float32),
@@ -133,13 +151,17 @@ def check_against_replay(result, tokenizer):
   spec = result.spec
   assert result.error is None
   env, observation, info = actor_fixtures.mirror(spec)
-  preamble = spec.context.get("preamble", "")
   for k, record in enumerate(result.steps):
     assert (record.episode_id, record.group_id, record.traj_id, record.step_index) == (
         spec.episode_id, spec.group_id, spec.traj_id, k)
-    full = tokenizer(actor_fixtures.chat_text(observation, preamble), add_special_tokens=False)["input_ids"]
+    # `prompt` and MethodPrompt write the same text for a context that switches none of the latter's parts.
+    text, variants = actor_fixtures.method_texts(spec.context, observation)
+    full = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert record.prompt_ids == full[-MAX_PROMPT_TOKENS:]
     assert record.truncated_tokens == max(0, len(full) - MAX_PROMPT_TOKENS)
+    assert record.prompt_variants == {
+        name: tokenizer(v, add_special_tokens=False)["input_ids"][-MAX_PROMPT_TOKENS:] for name, v in variants.items()}
+    assert record.observation == observation
     assert record.state_key == info["state_key"]
     text = actor_fixtures.scripted_action(env, spec.episode_id, k)
     assert record.response_text == text
@@ -149,6 +171,11 @@ def check_against_replay(result, tokenizer):
   assert result.steps and result.steps[-1].done
   assert (result.success, result.total_reward, result.feedback) == (
       info["success"], sum(r.task_reward for r in result.steps), info["feedback"])
+  if spec.context.get("final"):
+    assert result.final_text == actor_fixtures.final_tip(spec.episode_id)
+    assert (result.final_response.episode_id, result.final_response.step) == (spec.episode_id, len(result.steps))
+  else:
+    assert (result.final_text, result.final_response) == ("", None)
 
 
 def content(results):
@@ -171,6 +198,7 @@ def test_every_episode_finishes_as_a_local_replay_plays_it(pool, tokenizer):
   assert metrics["steps"] == metrics["requests"] == steps and metrics["truncated_prompts"] == 0
   assert metrics["max_batch_size"] <= 6 and metrics["policy_calls"] >= steps / 6
   assert metrics["policy_seconds"] + metrics["wait_seconds"] <= metrics["wall_seconds"]
+  assert (metrics["embed_calls"], metrics["embed_requests"], metrics["embed_seconds"]) == (0, 0, 0.0)
 
 
 def test_results_do_not_depend_on_timing_or_batching(pool, tokenizer):
@@ -309,3 +337,59 @@ def test_the_pool_checks_its_arguments_and_the_policy(pool, tokenizer):
   # After a failed run the same actors serve again: they dropped its episodes when told to.
   results, _ = pool.run(specs, ScriptedPolicy(tokenizer, specs))
   assert pool.actor_pids() == pids and [r.error for r in results] == [None, None]
+
+
+def with_context(specs, *contexts):
+  return [dataclasses.replace(s, context=c) for s, c in zip(specs, contexts)]
+
+
+def test_a_hook_object_gets_batched_embeddings_records_variants_and_a_final_tip(method_pool, tokenizer):
+  specs = with_context(make_specs(4), {"embed": True, "tip": "keys open doors", "final": True}, {"embed": True},
+                       {"final": True}, {})
+  policy = ScriptedPolicy(tokenizer, specs)
+  embed_batches = []
+
+  def embed_fn(requests):
+    embed_batches.append(list(requests))
+    return actor_fixtures.embed(requests)
+
+  # Lock-step: episodes 0 and 1 (one on each actor) ask for their embeddings in the same batches.
+  with adjusted(method_pool, batch_wait_s=5.0):
+    results, metrics = method_pool.run(specs, policy, embed_fn)
+  for result in results:
+    check_against_replay(result, tokenizer)  # prompts with embedding values and tips, variants, final texts
+  steps = [len(r.steps) for r in results]
+  # Every step of the embedding episodes asked once, for its observation, in few batches; final prompts never.
+  embedded = sorted((r.episode_id, r.step) for batch in embed_batches for r in batch)
+  assert embedded == [(e, k) for e in (0, 1) for k in range(steps[e])]
+  assert all(r.texts == [results[r.episode_id].steps[r.step].observation] for b in embed_batches for r in b)
+  assert max(len(b) for b in embed_batches) == 2
+  assert metrics["embed_requests"] == len(embedded) and metrics["embed_calls"] == len(embed_batches) < len(embedded)
+  assert 0 <= metrics["embed_seconds"] <= metrics["wall_seconds"]
+  # The policy sampled from the prompts that show the embedding (and the tip, not the variant without it).
+  seen = {(r.episode_id, r.step): r for r in policy.requests}
+  for e in (0, 1):
+    for record in results[e].steps:
+      prompt = tokenizer.decode(seen[(e, record.step_index)].prompt_ids)
+      assert f"[embedding: {actor_fixtures.embed_text(record.observation)[0]:g}]" in prompt
+      assert ("Tip: keys open doors" in prompt) == (e == 0)
+  # One final request per episode that asks for it, one past its last step, after its whole history.
+  assert sorted((r.episode_id, r.step) for r in policy.requests if r.final) == [(0, steps[0]), (2, steps[2])]
+  assert f"ended after {steps[2]} steps" in tokenizer.decode(seen[(2, steps[2])].prompt_ids)
+  assert metrics["requests"] == sum(steps) + 2 and metrics["steps"] == sum(steps)
+
+
+def test_embeddings_without_an_embed_fn_fail_the_run_and_the_pool_serves_the_next(method_pool, tokenizer):
+  specs = with_context(make_specs(3, first_id=10), *[{"embed": True}] * 3)
+  pids = method_pool.actor_pids()
+  with pytest.raises(ValueError, match=r"defines embedding_texts.*but run\(\) got no embed_fn"):
+    method_pool.run(specs, ScriptedPolicy(tokenizer, specs))
+  with pytest.raises(ValueError, match=r"an array \[len\(texts\), E\] per EmbedRequest"):
+    method_pool.run(specs, ScriptedPolicy(tokenizer, specs), lambda requests: [np.zeros((2, 4))] * len(requests))
+  plain = make_specs(3, first_id=20)
+  results, metrics = method_pool.run(plain, ScriptedPolicy(tokenizer, plain))
+  assert metrics["episodes_done"] == 3 and metrics["embed_calls"] == 0
+  results += method_pool.run(specs, ScriptedPolicy(tokenizer, specs), actor_fixtures.embed)[0]
+  for result in results:
+    check_against_replay(result, tokenizer)
+  assert method_pool.actor_pids() == pids  # the failed runs' episodes were cancelled, no actor replaced
