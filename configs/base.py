@@ -68,7 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.epochs = 1                # passes over the iteration's records
   c.rl.minibatch_size = 64       # records per optimizer step
   c.rl.format_penalty = 0.1      # subtracted from a step's reward when its action is malformed
-  c.rl.drop_uniform_groups = False  # DAPO dynamic sampling
+  c.rl.drop_uniform_groups = False  # DAPO dynamic sampling: drop groups whose outcome (task) returns are equal
   c.rl.overlong_buffer = 0       # DAPO overlong shaping's L_cache in tokens (L_max = max_new_tokens); 0: off
   c.rl.overlong_factor = 1.0
   c.rl.loss = ml_collections.ConfigDict()
@@ -77,12 +77,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.loss.dual_clip = 3.0      # c of dual clip for A < 0; negative disables
   c.rl.loss.aggregation = "seq-mean-token-mean"
   c.rl.loss.max_len = ml_collections.config_dict.placeholder(int)  # Dr.GRPO's constant; None = response length
-  c.rl.loss.kl_type = "k3"
+  c.rl.loss.kl_type = "k3"       # k1, k2, k3 (low_var_kl) or abs
   c.rl.loss.kl_coef = 0.0        # beta; a reference policy is kept only when > 0
   c.rl.loss.entropy_coef = 0.0
   c.rl.loss.entropy_advantage = False  # EntropyAdv: A' = A + min(alpha H, |A| / kappa)
   c.rl.loss.entropy_adv_alpha = 0.4
   c.rl.loss.entropy_adv_kappa = 2.0
+  c.rl.loss.low_prob_mask = ml_collections.config_dict.placeholder(str)  # EMPO2 eq. 2: "token", "sequence"; None: off
+  c.rl.loss.low_prob_log_threshold = -5.0  # log delta of that mask
 
   c.replay = ml_collections.ConfigDict()
   c.replay.iterations_kept = 2   # replay capacity in iterations' worth of records

@@ -21,7 +21,8 @@ VARIANTS = ("", "tiny", "paper")
 
 
 def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
-  """The shared coding config for `method` ("sge", "grpo", "entropy_adv", "rnd", "rlad") at a scale."""
+  """The shared coding config for `method` ("sge", "grpo", "entropy_adv", "rnd", "rlad", or a composition such
+  as "sge+rnd") at a scale."""
   if variant not in VARIANTS:
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
   c = base.get_config()
@@ -79,12 +80,13 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
   c.sge.negative_prompt = sge.NEGATIVE_REFLECTION_PROMPT
   c.sge.max_strategy_chars = 400
   c.sge.max_feedback_chars = 300
-  if method == "entropy_adv":
+  parts = method.split("+")
+  if "entropy_adv" in parts:
     c.rl.loss.entropy_advantage = True           # alpha 0.4, kappa 2 (base config)
-  if method == "rlad":
+  if "rlad" in parts:
     c.rlad = ml_collections.ConfigDict({"p_drop_strategy": 0.25, "direct_prompt": sge.DIRECT_PROMPT})
     c.rl.loss.kl_coef = 0.001
-  if method == "rnd":
+  if "rnd" in parts:
     # The paper gives R_RND = err / std(err) but no weight against the task reward. err / std is not centred,
     # so its mean is mean(err) / std(err), several times the success reward of 1 early on; at weight 1 the
     # tiny policy learned to fail novelly (held-in pass@1 0.46 -> 0.05 in 16 iterations). At 0.1 the mean bonus

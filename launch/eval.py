@@ -49,27 +49,29 @@ def main(argv):
   if config.eval.passk_samples < 1:
     raise app.UsageError("pass@k needs at least one sample per task (--samples)")
   name = os.path.splitext(os.path.basename(flags.FLAGS["config"].config_filename))[0]
-  from explore_jax.train.loop import Trainer
+  from explore_jax.train import loop
+  from explore_jax.train.builder import build
 
   try:
     if _RUN.value:
       if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
         raise FileNotFoundError(f"{_RUN.value} has no checkpoints/ directory")
-      trainer = Trainer(config, _RUN.value)
-      step = trainer.checkpointer.latest_step() if _STEP.value is None else _STEP.value
-      params, label = trainer.load_params(step), f"step {step}"
+      parts = build(config, _RUN.value)
+      step = parts.checkpointer.latest_step() if _STEP.value is None else _STEP.value
+      params, label = loop.load_params(parts, step), f"step {step}"
       output = _OUTPUT.value or os.path.join(_RUN.value, f"eval-{step}")
     else:
       output = _OUTPUT.value or os.path.join("runs", f"eval-{name}-{_POLICY.value}")
-      trainer = Trainer(config, output)
-      params = trainer.initial_params if _POLICY.value == "base" else trainer.warm_start_params()
+      parts = build(config, output)
+      params = parts.learner.initial_params if _POLICY.value == "base" else parts.warm_start_params()
       label = _POLICY.value.replace("_", " ")
   except (FileNotFoundError, ValueError) as e:  # the config or flags name something that is not there
     sys.exit(f"error: {e}")
   sets = [(split, split == "held-out") for split in _SPLITS.value]
-  with trainer.make_pool() as pool:
-    evals = [trainer.pass_at_k_eval(pool, params, label=f"{label} / {split}", held_out=held) for split, held in sets]
-  text = trainer.write_pass_at_k(evals, output)
+  with parts.make_pool() as pool:
+    evals = [parts.evaluator.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held)
+             for split, held in sets]
+  text = parts.evaluator.write_summary(evals, output)
   print(text)
   print(f"[eval] {os.path.abspath(output)}: summary.md, summary.json, pass_at_k.png")
 

@@ -38,19 +38,21 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   from explore_jax.methods import registered_methods
 
-  if config.get("method") not in registered_methods():
-    sys.exit(f"error: unknown method {config.get('method')!r} (config.method); registered: "
-             f"{', '.join(registered_methods())}")
+  unknown = [m for m in str(config.get("method")).split("+") if m.strip() not in registered_methods()]
+  if unknown:
+    sys.exit(f"error: unknown method {unknown[0]!r} (config.method); registered: "
+             f"{', '.join(registered_methods())}; compose them with '+', e.g. sge+rnd")
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
-  from explore_jax.train.loop import Trainer
+  from explore_jax.train import loop
+  from explore_jax.train.builder import build
 
   try:
-    trainer = Trainer(config, workdir)
+    parts = build(config, workdir)
   except (FileNotFoundError, ValueError) as e:  # the config names something that is not there
     sys.exit(f"error: {e}")
-  history = trainer.run()
+  history = loop.run(parts)
   last = history[-1] if history else {}
   print(f"[done] iteration {last.get('iteration', 0)}; last: " + ", ".join(
       f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))

@@ -1,17 +1,35 @@
 """A method is a small object of hooks plugged into the one training loop (DESIGN.md, "Methods are plug-ins").
 
-The loop asks the method, in order of an iteration:
-  prompt_hook()          the function actors build prompts with (picklable; runs without jax)
-  episode_context(...)   per-episode data for that hook (SGE reflections, EMPO2 tips, ...)
-  sampling_params(...)   the sampler's schedule (temperatures per segment, stop criteria)
-  observe(results)       bookkeeping on finished episodes (buffers, memories)
-  step_rewards(...)      the scalar reward per step record the advantage estimator sees
-  advantage_name/options the registered estimator and its options
-  loss_config            the clipped-surrogate options
-  keep_groups(...)       which task groups enter the update (DAPO's dynamic sampling)
-  update_aux(...)        updates of the method's own networks (RND, world model, q_phi) after the policy
-  init_aux / aux_state   those networks, built from the policy's shapes and checkpointed with it
-Baselines are methods too; they differ only in these answers.
+One training iteration (train/loop.py) asks the method, in this order:
+
+  rollout      prompt_hook()            the function actors build prompts with (picklable, runs without jax);
+                                        it may also ask the learner for text embeddings, return prompt
+                                        variants, or ask for one generation after the episode (actors/protocol.py)
+               episode_context(...)     per-episode data for that hook (SGE reflections, RLAD's dropout, ...)
+               temperatures/delimiters  the sampler's per-segment schedule (SGE's tau_s / tau)
+  bookkeeping  observe(results)         buffers and memories from the finished episodes
+  records      record_fields(ctx)       the extra per-step fields the method needs, with shapes and dtypes;
+               step_fields(result)      their values, from what the actors sent back (responses, the raw
+                                        observation, the environment's info, prompt variants, final text)
+  aux models   aux_models(ctx)          the method's own networks (RND's pair, a world model, a policy-sized
+                                        q_phi with a frozen prior), each trained in the phase it names:
+                                        "before_rewards" (on the fresh records, before any reward is
+                                        computed) or "after_update" (after the policy update)
+  rewards      intrinsic_rewards(...)   named exploration terms added to the extrinsic reward (task reward,
+                                        format penalty, DAPO's overlong shaping); they may read aux params
+  advantages   the estimator named by config.rl.advantage; DAPO's dynamic sampling keeps a group when its
+               outcome (task) returns differ (keep_groups)
+  update       update_batch(...)        rewrites the update batch (EMPO2's off-policy prompt swap)
+               loss_config()            every `rl.losses.PolicyLossConfig` field, read from config.rl.loss
+  sft          sft_request(...)         SFT batches on the policy's own parameters during training (EAPO's
+                                        rollback, ScreenExplorer's distillation); the warm start is the
+                                        same mechanism at iteration 0
+  checkpoint   state_dict()             small JSON-able state (strategy buffers), in checkpoint metadata;
+               array_state()            fixed-shape array state (memories of embeddings), in the orbax
+                                        checkpoint beside the policy and the aux models
+
+Baselines are methods too; they differ only in these answers. Methods compose: `config.method = "sge+rnd"`
+builds `Composite([SGE, RND])` (methods/composite.py), which merges their answers.
 
 This package imports no jax at module level: actor processes unpickle prompt hooks defined here, and
 actors never load jax.
@@ -58,18 +76,44 @@ def join_text(*parts: str) -> str:
   return "\n".join(p for p in parts if p)
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """What the runtime knows when it asks a method for its record fields and aux models."""
+  model_config: Any          # the policy's ModelConfig
+  model: Any = None          # the policy's Model (carries the mesh and the sharding rules)
+  initial_params: Any = None  # the policy's starting parameters (q_phi starts from them)
+  tokenizer: Any = None
+  mesh: Any = None
+  rules: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTRequest:
+  """SFT on the policy's own parameters: `steps` optimizer steps of next-token loss on `demonstrations`
+  ({"messages": [...], "response": "..."} each, as in train/sft_data.py), batches of `batch_size` drawn
+  with `seed`, under a fresh AdamW at `learning_rate` (the RL optimizer's moments are kept)."""
+  demonstrations: tuple[dict[str, Any], ...]
+  steps: int
+  batch_size: int
+  learning_rate: float
+  seed: int = 0
+  label: str = "sft"
+
+
 class Method:
   """Base plug-in: plain on-policy group-relative RL. Subclasses override the hooks they change."""
 
   name = "base"
-  # Whether responses carry the policy's final hidden state at their last token (records' "features").
+  # Whether responses carry the policy's final hidden state at their last token (`Response.features`).
   wants_features = False
+  # Names of the intrinsic reward terms `intrinsic_rewards` returns (kept per record in the replay).
+  intrinsic_names: tuple[str, ...] = ()
 
   def __init__(self, config: Any):
     self.config = config
 
   # ---- rollout -------------------------------------------------------------------------------------
-  def prompt_hook(self) -> Callable[..., list[dict[str, str]]]:
+  def prompt_hook(self) -> Callable[..., Any]:
     return ObservationPrompt(system=self.config.get("system_prompt", DEFAULT_SYSTEM_PROMPT),
                              history_steps=self.config.get("history_steps", 0),
                              instruction=self.config.get("instruction", ""))
@@ -89,26 +133,24 @@ class Method:
     """Bookkeeping on finished episodes; returns metrics."""
     return {}
 
-  def state_dict(self) -> dict[str, Any]:
-    """The method's own state (buffers, memories) as JSON data, saved with each checkpoint."""
+  # ---- records -------------------------------------------------------------------------------------
+  def record_fields(self, ctx: BuildContext) -> dict[str, Any]:
+    """Extra per-step record fields: name -> `replay.ExtraField` (or (shape, dtype[, axes[, pad]]))."""
     return {}
 
-  def load_state_dict(self, state: dict[str, Any]) -> None:
-    """Restores what `state_dict` returned."""
+  def step_fields(self, result: EpisodeResult) -> list[dict[str, Any]]:
+    """The declared fields' values for each step of a finished episode (one dict per step)."""
+    return [{} for _ in result.steps]
 
-  def init_aux(self, model_config: Any, key: Any) -> None:
-    """Builds the method's own networks (RND, world model) once the policy's shapes are known."""
-
-  def aux_state(self) -> Any:
-    """The method's networks as a pytree of arrays, saved in the orbax checkpoint beside the policy (None: none)."""
-    return None
-
-  def load_aux_state(self, tree: Any) -> None:
-    """Restores what `aux_state` returned."""
+  # ---- auxiliary models ----------------------------------------------------------------------------
+  def aux_models(self, ctx: BuildContext) -> dict[str, Any]:
+    """The method's own networks: name -> `train.aux_models.AuxModelSpec`. The runtime builds each on the
+    mesh with its sharding rules and optimizer, trains it in its phase and checkpoints it."""
+    return {}
 
   # ---- learning ------------------------------------------------------------------------------------
-  def step_rewards(self, records: Any) -> np.ndarray:
-    """The reward each step record contributes: the task reward, minus a penalty for malformed actions,
+  def extrinsic_rewards(self, records: Any) -> np.ndarray:
+    """The environment's reward per step record: the task reward, minus a penalty for malformed actions,
     plus DAPO's overlong shaping when `rl.overlong_buffer` > 0 (`records` holds numpy or jax arrays)."""
     task = np.asarray(records.task_reward, np.float32)
     fmt = np.asarray(records.format_reward, np.float32)
@@ -120,6 +162,11 @@ class Method:
                                            float(self.config.rl.get("overlong_factor", 1.0)))
     return rewards
 
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Exploration terms per step record, already weighted, by name (`intrinsic_names`); `aux_params`
+    holds the current parameters of the method's aux models."""
+    return {}
+
   @property
   def advantage_name(self) -> str:
     return self.config.rl.advantage
@@ -128,27 +175,55 @@ class Method:
     return dict(self.config.rl.advantage_options)
 
   def loss_config(self):
-    """The `rl.losses.PolicyLossConfig` of the clipped-surrogate update."""
+    """The `rl.losses.PolicyLossConfig` of the clipped-surrogate update: every field from `rl.loss`
+    (a field the config does not set keeps its default; a key the loss does not know is an error)."""
     from explore_jax.rl.losses import PolicyLossConfig
 
-    loss = self.config.rl.loss
-    return PolicyLossConfig(
-        eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=optional(loss.dual_clip), aggregation=loss.aggregation,
-        max_len=loss.get("max_len"), kl_type=loss.kl_type, kl_coef=loss.kl_coef, entropy_coef=loss.entropy_coef,
-        entropy_advantage=loss.get("entropy_advantage", False), entropy_adv_alpha=loss.get("entropy_adv_alpha", 0.4),
-        entropy_adv_kappa=loss.get("entropy_adv_kappa", 2.0))
+    loss = dict(self.config.rl.loss)
+    known = {f.name for f in dataclasses.fields(PolicyLossConfig)}
+    unknown = sorted(set(loss) - known)
+    if unknown:
+      raise ValueError(f"rl.loss has unknown field(s) {unknown}; PolicyLossConfig fields: {sorted(known)}")
+    for name in ("dual_clip",):  # negative means off where None cannot be written on the command line
+      if name in loss:
+        loss[name] = optional(loss[name])
+    if loss.get("low_prob_mask") in ("", "none", "off"):
+      loss["low_prob_mask"] = None
+    return PolicyLossConfig(**loss)
 
   def keep_groups(self, group_returns: dict[int, np.ndarray]) -> set[int]:
-    """Task groups that enter the update. DAPO's dynamic sampling drops groups whose returns are all equal
-    (they carry no group-relative signal)."""
+    """Task groups that enter the update, given each group's trajectory *outcome* returns (summed task
+    rewards). DAPO's dynamic sampling drops groups whose outcomes are all equal: they carry no
+    group-relative signal (Yu et al. 2025, eq. 11: 0 < |{o_i : is_equivalent(a, o_i)}| < G). Shaping and
+    intrinsic terms do not count: with an exploration bonus, a group that always fails would never look
+    uniform."""
     if not self.config.rl.get("drop_uniform_groups", False):
       return set(group_returns)
     return {g for g, r in group_returns.items() if np.ptp(r) > 0}
 
+  def update_batch(self, batch: dict[str, Any], records: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """Rewrites the update batch (jax arrays keyed as in `train/rl_step.py`) before the minibatch epochs."""
+    return batch
 
-  def update_aux(self, records: Any, iteration: int) -> dict[str, float]:
-    """Trains the method's auxiliary networks on the iteration's records; returns metrics."""
+  def sft_request(self, iteration: int, results: list[EpisodeResult]) -> Optional[SFTRequest]:
+    """SFT to run on the policy after iteration `iteration`'s RL update (None: none)."""
+    return None
+
+  # ---- checkpoints ---------------------------------------------------------------------------------
+  def state_dict(self) -> dict[str, Any]:
+    """Small JSON-able state (buffers of strings), saved in each checkpoint's metadata."""
     return {}
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    """Restores what `state_dict` returned."""
+
+  def array_state(self) -> Any:
+    """Array state of fixed shapes (e.g. a memory of embeddings with a count), saved in the orbax
+    checkpoint; None: none. Its shapes must not change during a run (they are the restore target)."""
+    return None
+
+  def load_array_state(self, tree: Any) -> None:
+    """Restores what `array_state` returned."""
 
 
 _METHODS: dict[str, type[Method]] = {}
@@ -176,12 +251,19 @@ def _load_all() -> None:
 
 
 def make_method(config: Any) -> Method:
-  """The method named by `config.method`, built from the config."""
+  """The method named by `config.method`; "a+b" composes registered methods (methods/composite.py)."""
   _load_all()
-  name = config.method
-  if name not in _METHODS:
-    raise KeyError(f"unknown method {name!r}; registered: {sorted(_METHODS)}")
-  return _METHODS[name](config)
+  names = [n.strip() for n in str(config.method).split("+")]
+  for name in names:
+    if name not in _METHODS:
+      raise KeyError(f"unknown method {name!r}; registered: {sorted(_METHODS)}")
+  if len(names) == 1:
+    return _METHODS[names[0]](config)
+  if len(set(names)) != len(names):
+    raise ValueError(f"method {config.method!r} names a method twice")
+  from explore_jax.methods.composite import Composite
+
+  return Composite(config, [_METHODS[n](config) for n in names], names)
 
 
 def registered_methods() -> list[str]:

@@ -1,19 +1,25 @@
 """RND baseline (i-MENTOR; SGE appendix A.4): an exploration reward for novel actions on failed trajectories.
 
-Every response carries the policy's final hidden state at its last token (`features`, recorded by the
-sampler at no extra forward pass). Before the advantages, each step record of a trajectory whose task
-return is zero gets `rnd.coef * R_RND` added to its reward (explore_jax/rl/rnd.py); successful trajectories
-keep their task reward only. After the policy update the predictor takes `rnd.update_steps` Adam steps on
-the iteration's features. Target, predictor and its optimizer state are saved in each orbax checkpoint.
+Every response carries the policy's final hidden state at its last token (record field `features`,
+recorded by the sampler at no extra forward pass). Before the advantages, each step record of a trajectory
+whose task return is zero gets the intrinsic term `rnd = rnd.coef * R_RND` (explore_jax/rl/rnd.py,
+computed with the predictor as it is before this iteration's training); successful trajectories keep their
+task reward only. The target/predictor pair is an aux model (train/aux_models.py): after the policy
+update the predictor takes `rnd.update_steps` Adam steps on the iteration's features, through the shared
+jitted train step; the pair and its optimizer state live in the orbax checkpoint with their shardings.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
-from explore_jax.methods.base import Method, register_method
+from explore_jax.actors.protocol import EpisodeResult
+from explore_jax.methods.base import BuildContext, Method, register_method
+
+AUX = "rnd"
 
 
 @register_method("rnd")
@@ -22,6 +28,7 @@ class RND(Method):
 
   name = "rnd"
   wants_features = True
+  intrinsic_names = ("rnd",)
 
   def __init__(self, config: Any):
     super().__init__(config)
@@ -30,37 +37,34 @@ class RND(Method):
     self._rnd = rnd
     self.rnd_config = rnd.RNDConfig(hidden_dim=config.rnd.hidden_dim, output_dim=config.rnd.output_dim,
                                     learning_rate=config.rnd.learning_rate)
-    self.state = None  # built by init_aux, from the policy's hidden size
-    self.last_bonus = 0.0
 
-  def init_aux(self, model_config: Any, key: Any) -> None:
-    self.state = self._rnd.init(key, model_config.hidden_size, self.rnd_config)
+  def record_fields(self, ctx: BuildContext) -> dict[str, Any]:
+    return {"features": ((ctx.model_config.hidden_size,), "float32")}
 
-  def step_rewards(self, records: Any) -> np.ndarray:
-    rewards = super().step_rewards(records)
-    features = np.asarray(records.extras["features"], np.float32)
+  def step_fields(self, result: EpisodeResult) -> list[dict[str, Any]]:
+    return [{"features": s.response.features} for s in result.steps]
+
+  def aux_models(self, ctx: BuildContext) -> dict[str, Any]:
+    from explore_jax.train.aux_models import AuxModelSpec
+
+    rnd, cfg, dim = self._rnd, self.rnd_config, ctx.model_config.hidden_size
+    steps = int(self.config.rnd.update_steps)
+
+    def batches(records):
+      batch = {"features": np.asarray(records.extras["features"], np.float32), "mask": np.asarray(records.valid)}
+      return [batch] * steps
+
+    return {AUX: AuxModelSpec(init=functools.partial(rnd.init, input_dim=dim, config=cfg),
+                              loss=functools.partial(rnd.loss, config=cfg), batches=batches,
+                              param_axes=rnd.param_axes(dim, cfg), frozen=("target",), phase="after_update",
+                              learning_rate=cfg.learning_rate)}
+
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
     valid = np.asarray(records.valid)
-    err = self._rnd.errors(self.state, features)
+    err = _jit(self._rnd.errors, self.rnd_config)(aux_params[AUX], np.asarray(records.extras["features"], np.float32))
     bonus = np.asarray(self._rnd.normalised_rewards(err, valid))
     failed = zero_return_trajectories(np.asarray(records.task_reward), np.asarray(records.traj_id), valid)
-    self.last_bonus = float(bonus[failed].mean()) if failed.any() else 0.0
-    return rewards + float(self.config.rnd.coef) * bonus * failed
-
-  def update_aux(self, records: Any, iteration: int) -> dict[str, float]:
-    features = np.asarray(records.extras["features"], np.float32)
-    valid = np.asarray(records.valid)
-    losses = []
-    for _ in range(int(self.config.rnd.update_steps)):
-      self.state, loss = _jit_update(self._rnd, self.rnd_config)(self.state, features, valid)
-      losses.append(float(loss))
-    return {"rnd/predictor_loss": losses[-1] if losses else 0.0,
-            "rnd/bonus_on_failed": self.last_bonus}
-
-  def aux_state(self) -> Any:
-    return self.state
-
-  def load_aux_state(self, tree: Any) -> None:
-    self.state = tree
+    return {"rnd": (float(self.config.rnd.coef) * bonus * failed).astype(np.float32)}
 
 
 def zero_return_trajectories(task_reward: np.ndarray, traj_id: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -72,14 +76,8 @@ def zero_return_trajectories(task_reward: np.ndarray, traj_id: np.ndarray, valid
   return np.array([bool(v) and totals[int(t)] == 0.0 for t, v in zip(traj_id, valid)], bool)
 
 
-_UPDATES: dict = {}
+@functools.lru_cache(maxsize=None)
+def _jit(fn, config):
+  import jax
 
-
-def _jit_update(rnd_module, config):
-  if config not in _UPDATES:
-    import functools
-
-    import jax
-
-    _UPDATES[config] = jax.jit(functools.partial(rnd_module.update, config=config))
-  return _UPDATES[config]
+  return jax.jit(functools.partial(fn, config=config))

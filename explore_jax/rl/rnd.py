@@ -6,20 +6,24 @@ The exploration reward of an action is its normalised prediction error
 
   R_RND = ||f(y) - f_bar(y)||^2 / std(||f(y) - f_bar(y)||^2)       (std over the iteration's actions)
 
-which is large for actions unlike those seen before. Pure functions over a small pytree (`RNDState`).
+which is large for actions unlike those seen before. The pair is one flax module, used functionally:
+params = {"target": ..., "predictor": ...}; the runtime trains it as an aux model with "target" frozen
+(train/aux_models.py), with these pure functions as its loss and reward.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 Array = jax.Array
-MLP = list[tuple[Array, Array]]
+
+# Logical axes of the MLPs' kernels: the hidden layer shards like the policy's MLP (rules "mlp").
+_HIDDEN_AXES = ("embed", "mlp")
+_OUTPUT_AXES = ("mlp", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,43 +33,53 @@ class RNDConfig:
   learning_rate: float = 1e-3
 
 
-class RNDState(NamedTuple):
-  target: MLP        # f_bar, frozen
-  predictor: MLP     # f, trained
-  opt_state: optax.OptState
+class MLP(nn.Module):
+  """Dense -> ReLU -> Dense with LeCun-normal kernels and zero biases, kernels named by logical axes."""
+  hidden_dim: int
+  output_dim: int
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    init = nn.initializers.lecun_normal()
+    x = nn.Dense(self.hidden_dim, kernel_init=nn.with_logical_partitioning(init, _HIDDEN_AXES))(x)
+    x = nn.relu(x)
+    return nn.Dense(self.output_dim, kernel_init=nn.with_logical_partitioning(init, _OUTPUT_AXES))(x)
 
 
-def init_mlp(key: Array, sizes: tuple[int, ...]) -> MLP:
-  """Dense layers with LeCun-normal weights and zero biases."""
-  keys = jax.random.split(key, len(sizes) - 1)
-  return [(jax.random.normal(k, (m, n), jnp.float32) / jnp.sqrt(m), jnp.zeros((n,), jnp.float32))
-          for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+class RNDPair(nn.Module):
+  """f_bar (target, frozen) and f (predictor): both map features [N, E] to latents [N, output_dim]."""
+  hidden_dim: int = 256
+  output_dim: int = 64
+
+  def setup(self):
+    self.target = MLP(self.hidden_dim, self.output_dim)
+    self.predictor = MLP(self.hidden_dim, self.output_dim)
+
+  def __call__(self, x: Array) -> tuple[Array, Array]:
+    return self.predictor(x), self.target(x)
 
 
-def apply_mlp(params: MLP, x: Array) -> Array:
-  for i, (w, b) in enumerate(params):
-    x = x @ w + b
-    if i < len(params) - 1:
-      x = jax.nn.relu(x)
-  return x
+def module(config: RNDConfig) -> RNDPair:
+  return RNDPair(config.hidden_dim, config.output_dim)
 
 
-def optimizer(config: RNDConfig) -> optax.GradientTransformation:
-  return optax.adam(config.learning_rate)
+def init(key: Array, input_dim: int, config: RNDConfig = RNDConfig()) -> dict:
+  """{"target": ..., "predictor": ...}: two independently initialised MLPs (plain arrays)."""
+  variables = module(config).init(key, jnp.zeros((1, input_dim), jnp.float32))
+  return nn.meta.unbox(variables["params"])
 
 
-def init(key: Array, input_dim: int, config: RNDConfig = RNDConfig()) -> RNDState:
-  sizes = (input_dim, config.hidden_dim, config.output_dim)
-  k_target, k_pred = jax.random.split(key)
-  predictor = init_mlp(k_pred, sizes)
-  return RNDState(init_mlp(k_target, sizes), predictor, optimizer(config).init(predictor))
+def param_axes(input_dim: int, config: RNDConfig = RNDConfig()) -> dict:
+  """The params tree with each leaf replaced by its tuple of logical axis names (biases: replicated)."""
+  boxed = jax.eval_shape(lambda: module(config).init(jax.random.key(0), jnp.zeros((1, input_dim)))["params"])
+  return jax.tree.map(lambda x: tuple(x.names) if isinstance(x, nn.Partitioned) else (None,) * len(x.shape),
+                      boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
-def errors(state: RNDState, features: Array) -> Array:
-  """[N] squared prediction errors ||f(y) - f_bar(y)||^2."""
-  features = features.astype(jnp.float32)
-  diff = apply_mlp(state.predictor, features) - jax.lax.stop_gradient(apply_mlp(state.target, features))
-  return jnp.sum(jnp.square(diff), axis=-1)
+def errors(params: dict, features: Array, config: RNDConfig = RNDConfig()) -> Array:
+  """[N] squared prediction errors ||f(y) - f_bar(y)||^2 (no gradient into the target)."""
+  pred, target = module(config).apply({"params": params}, features.astype(jnp.float32))
+  return jnp.sum(jnp.square(pred - jax.lax.stop_gradient(target)), axis=-1)
 
 
 def normalised_rewards(err: Array, mask: Array, eps: float = 1e-8) -> Array:
@@ -77,15 +91,8 @@ def normalised_rewards(err: Array, mask: Array, eps: float = 1e-8) -> Array:
   return err / (std + eps) * mask
 
 
-def update(state: RNDState, features: Array, mask: Array, config: RNDConfig = RNDConfig()
-           ) -> tuple[RNDState, Array]:
-  """One Adam step of the predictor on the masked mean squared error; returns (state, loss)."""
-  mask = mask.astype(jnp.float32)
-
-  def loss_fn(predictor):
-    err = errors(state._replace(predictor=predictor), features)
-    return jnp.sum(err * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-  loss, grads = jax.value_and_grad(loss_fn)(state.predictor)
-  updates, opt_state = optimizer(config).update(grads, state.opt_state, state.predictor)
-  return RNDState(state.target, optax.apply_updates(state.predictor, updates), opt_state), loss
+def loss(params: dict, batch: dict, config: RNDConfig = RNDConfig()) -> tuple[Array, dict]:
+  """The predictor's masked mean squared error on batch["features"] [N, E] with batch["mask"] [N]."""
+  mask = batch["mask"].astype(jnp.float32)
+  value = jnp.sum(errors(params, batch["features"], config) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+  return value, {"predictor_loss": value}

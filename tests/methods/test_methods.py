@@ -47,7 +47,7 @@ def _records(task, fmt, lengths, width=16):
 
 def test_step_rewards_penalise_malformed_actions():
   method = make_method(grpo_keydoor.get_config())
-  r = method.step_rewards(_records([0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [3, 3, 3]))
+  r = method.extrinsic_rewards(_records([0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [3, 3, 3]))
   np.testing.assert_allclose(r, [0.0, 1.0, -0.1])
 
 
@@ -56,7 +56,7 @@ def test_overlong_shaping_matches_dapo():
   np.testing.assert_allclose(overlong_penalty(np.array([0, 12, 13, 14, 16]), 16, 4), [0, 0, -0.25, -0.5, -1.0])
   c = grpo_keydoor.get_config()
   c.rollout.max_new_tokens, c.rl.overlong_buffer, c.rl.format_penalty = 16, 4, 0.0
-  r = make_method(c).step_rewards(_records([1.0, 1.0, 0.0], [1, 1, 1], [10, 14, 16]))
+  r = make_method(c).extrinsic_rewards(_records([1.0, 1.0, 0.0], [1, 1, 1], [10, 14, 16]))
   np.testing.assert_allclose(r, [1.0, 0.5, -1.0])
   with pytest.raises(ValueError, match="overlong buffer"):
     overlong_penalty(np.array([1]), 16, 20)
@@ -77,3 +77,20 @@ def test_prompt_hook_unpickles_without_jax():
   out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(hook), capture_output=True, cwd=REPO)
   assert out.returncode == 0, out.stderr.decode()[-2000:]
   assert out.stdout.decode().strip() == "False"
+
+
+def test_every_loss_field_is_reachable_from_the_config():
+  c = grpo_keydoor.get_config()
+  c.rl.loss.low_prob_mask, c.rl.loss.low_prob_log_threshold, c.rl.loss.kl_type = "sequence", -3.0, "abs"
+  c.rl.loss.aggregation = "seq-mean-token-sum-norm-verl"
+  loss = make_method(c).loss_config()
+  assert (loss.low_prob_mask, loss.low_prob_log_threshold, loss.kl_type, loss.aggregation) == (
+      "sequence", -3.0, "abs", "seq-mean-token-sum-norm-verl")
+  import dataclasses
+
+  from explore_jax.rl.losses import PolicyLossConfig
+  assert set(c.rl.loss) == {f.name for f in dataclasses.fields(PolicyLossConfig)}  # the base config sets each
+  with c.unlocked():
+    c.rl.loss.eps_lo = 0.1
+  with pytest.raises(ValueError, match="unknown field.*eps_lo"):
+    make_method(c).loss_config()

@@ -82,7 +82,7 @@ def test_kl_term_against_the_reference_is_zero_at_start_and_grows():
 
 
 def test_trimming_all_padding_prompt_columns_changes_nothing():
-  from explore_jax.train.loop import _trim_prompt_padding
+  from explore_jax.train.learner import _trim_prompt_padding
 
   model = Model(CONFIG)
   params = model.init(jax.random.key(0), std=0.3)

@@ -1,0 +1,129 @@
+"""Wiring: one place builds every part of a run from its config (the Acme builder's role).
+
+  parts = build(config, workdir)
+  parts.server      InferenceServer   the actors' sampler and embedder (train/inference.py)
+  parts.learner     Learner           policy + aux models + their updates (train/learner.py)
+  parts.evaluator   Evaluator         held-out success and pass@k (train/evaluator.py)
+  parts.make_pool() ActorPool         actor processes with the method's prompt hook (actors/pool.py)
+
+Everything here is construction: which model, mesh, sharding rules, method, record layout, sampling
+schedules and checkpoint directory. What happens each iteration is train/loop.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+
+from explore_jax import hf, sampling
+from explore_jax.actors.pool import ActorPool
+from explore_jax.methods import Method, make_method
+from explore_jax.methods.base import BuildContext
+from explore_jax.models import Model
+from explore_jax.parallel import make_mesh
+from explore_jax.parallel.sharding import rules_from_config
+from explore_jax.replay import RecordSpec
+from explore_jax.train import checkpoint, warm_start
+from explore_jax.train.evaluator import Evaluator
+from explore_jax.train.inference import InferenceServer
+from explore_jax.train.learner import Learner
+
+# Named seeds folded into the run's key.
+AUX_INIT_STREAM = 17
+
+
+@dataclasses.dataclass
+class Parts:
+  """A run's parts, built once (see the module docstring)."""
+  config: Any
+  workdir: str
+  checkpoint_dir: str          # the policy's starting checkpoint (a Hugging Face directory)
+  tokenizer: Any
+  model: Model
+  method: Method
+  spec: RecordSpec
+  server: InferenceServer
+  learner: Learner
+  evaluator: Evaluator
+  train_sampling: sampling.SamplingParams
+  checkpointer: checkpoint.Checkpointer
+  key: jax.Array
+
+  @property
+  def records_per_iteration(self) -> int:
+    r = self.config.rollout
+    return r.num_tasks * r.group_size * int(self.config.env.max_steps)
+
+  def warm_start_key(self) -> str:
+    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.server.response_len)
+
+  def warm_start_params(self, log=print) -> Any:
+    """The SFT warm start of the config (cached), or the starting checkpoint's parameters without one."""
+    return warm_start.warm_start_params(
+        self.config, self.model, self.learner.initial_params, self.learner.shardings.params, self.tokenizer,
+        self.method.prompt_hook(), checkpoint_dir=self.checkpoint_dir, prompt_len=self.server.prompt_len,
+        response_len=self.server.response_len, log=log)
+
+  def make_pool(self) -> ActorPool:
+    c = self.config.rollout
+    return ActorPool(num_actors=c.num_actors, tokenizer_dir=self.checkpoint_dir,
+                     prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
+                     max_prompt_tokens=self.server.prompt_len, episode_timeout_s=c.episode_timeout_s)
+
+
+def build(config: Any, workdir: str) -> Parts:
+  """Every part of a run, on the mesh of `config.mesh`, starting from `config.model.checkpoint`."""
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  mesh = make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
+  rules = rules_from_config(config.sharding_rules)
+  checkpoint_dir = hf.resolve(config.model.checkpoint)
+  pre = hf.load_pretrained(checkpoint_dir, param_dtype=config.model.param_dtype, dtype=config.model.dtype,
+                           mesh=mesh, rules=rules)
+  model = Model(pre.config.replace(remat=config.model.remat), mesh=mesh, rules=rules)
+  method = make_method(config)
+  check_environments(config)
+  tokenizer = pre.tokenizer
+  key = jax.random.key(config.seed)
+
+  r = config.rollout
+  max_steps = int(config.env.max_steps)
+  pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+  ctx = BuildContext(model_config=model.config, model=model, initial_params=pre.params, tokenizer=tokenizer,
+                     mesh=mesh, rules=rules)
+  spec = RecordSpec(prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens, pad_id=pad_id,
+                    intrinsic_names=method.intrinsic_names, extras=method.record_fields(ctx))
+  server = InferenceServer(model=model, tokenizer=tokenizer, pad_id=pad_id, prompt_len=r.max_prompt_tokens,
+                           response_len=r.max_new_tokens, max_steps=max_steps,
+                           batch_size=r.num_actors * r.envs_per_actor)
+  eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
+  delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]
+  train_sampling = sampling.make_sampling_params(method.temperatures(), delimiters, eos_ids=eos, top_p=r.top_p)
+  eval_sampling = sampling.make_sampling_params([config.eval.temperature] * len(method.temperatures()), delimiters,
+                                                eos_ids=eos, top_p=r.top_p)
+  learner = Learner(config, model, method, pre.params, ctx, jax.random.fold_in(key, AUX_INIT_STREAM),
+                    tokenizer=tokenizer, prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens,
+                    max_steps=max_steps)
+  return Parts(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, tokenizer=tokenizer, model=model,
+               method=method, spec=spec, server=server, learner=learner,
+               evaluator=Evaluator(config, server, eval_sampling, key), train_sampling=train_sampling,
+               checkpointer=checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                                    max_to_keep=config.checkpoint.max_to_keep),
+               key=key)
+
+
+def check_environments(config: Any) -> None:
+  """Builds the training and evaluation environments once here, so a bad id or kwarg (a missing dataset
+  file, say) stops the run with the environment's own message instead of failing inside every actor."""
+  import gymnasium
+
+  import explore_jax.envs  # noqa: F401  (registers the environment ids)
+
+  for kwargs in (dict(config.env.kwargs), {**config.env.kwargs, **config.eval.get("env_kwargs", {})}):
+    try:
+      gymnasium.make(config.env.id, **kwargs).close()
+    except Exception as e:
+      raise ValueError(f"environment {config.env.id} with {kwargs} cannot be built: {e}") from e

@@ -1,0 +1,113 @@
+"""The evaluator: held-out success during training, and pass@k of a policy on fixed task sets.
+
+Evaluation episodes carry no method context (no reflections, tips or dropped strategies) and every token
+is sampled at eval.temperature, so a number here measures the policy alone.
+
+  periodic(pool, params, it)     eval.num_episodes held-out episodes (seeds eval.seed_offset + i)
+  pass_at_k(pool, params, ...)   n = eval.passk_samples episodes of every task of the held-in training pool
+                                 (seeds 0..rollout.task_pool-1) or of the held-out set
+  warm_start_pass_at_k(...)      the warm start's pass@k, cached beside the SFT warm start
+  write_summary(evals, dir)      summary.md / summary.json / pass_at_k.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Callable, Optional
+
+import jax
+
+from explore_jax import hf
+from explore_jax.actors.pool import ActorPool
+from explore_jax.actors.protocol import EpisodeSpec
+from explore_jax.train import evaluation, rollout
+from explore_jax.train.inference import InferenceServer
+from explore_jax.train.warm_start import config_hash
+
+WARM_PASS_AT_K = "pass_at_k_warm_start.json"
+# The pass@k samples' key: the same streams for any parameters (fold_in(key, PASS_AT_K_STREAM + held_out)).
+PASS_AT_K_STREAM = 1_000_003
+
+
+class Evaluator:
+  """Evaluations of any parameters on the config's task sets, through the actor pool."""
+
+  def __init__(self, config: Any, server: InferenceServer, sampling_params: Any, key: jax.Array):
+    self.config, self.server, self.sampling_params, self.key = config, server, sampling_params, key
+
+  def periodic(self, pool: ActorPool, params: Any, iteration: int) -> dict[str, float]:
+    """Success and return on the held-out episodes, sampled from the iteration's evaluation stream."""
+    key = jax.random.fold_in(jax.random.fold_in(self.key, iteration), 1)
+    policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, iteration)
+    specs = rollout.episode_specs(self.config, None, iteration, evaluation=True)
+    _, m = rollout.collect(pool, specs, policy_fn, embed_fn)
+    return {f"eval/{k}": m[k] for k in ("success_rate", "return")}
+
+  def pass_at_k(self, pool: ActorPool, params: Any, *, label: str, held_out: bool,
+                log: Callable[[str], None] = print) -> evaluation.TaskSetEval:
+    c = self.config
+    env_kwargs = dict(c.env.kwargs)
+    if held_out:
+      env_kwargs.update(c.eval.get("env_kwargs", {}))
+      seeds = [c.eval.seed_offset + i for i in range(c.eval.passk_held_out_tasks)]
+    else:
+      seeds = list(range(c.rollout.task_pool))
+    n = c.eval.passk_samples
+    specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
+                         env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
+    key = jax.random.fold_in(self.key, PASS_AT_K_STREAM + int(held_out))
+    policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, -1)
+    from tqdm import tqdm
+
+    with tqdm(total=len(specs), desc=f"pass@k {label}", unit="ep", dynamic_ncols=True, leave=False) as bar:
+      results, _ = pool.run(specs, policy_fn, embed_fn=embed_fn, on_result=lambda _: bar.update(1))
+    return evaluation.summarize(label, results)
+
+  def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:
+    """pass@k on the training tasks, then on the held-out tasks."""
+    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held)
+            for split, held in (("train", False), ("held-out", True))]
+
+  def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
+                           log: Callable[[str], None] = print) -> None:
+    """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it).
+
+    It depends on neither the RL seed nor the method (evaluation carries no method context), so it is also
+    cached next to the SFT warm start and shared by every run that evaluates the same warm start the same way.
+    """
+    c = self.config
+    path = os.path.join(workdir, WARM_PASS_AT_K)
+    cache = os.path.join(hf.cache_root(), "pass_at_k", config_hash(
+        warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
+        c.get("instruction", ""), c.get("system_prompt")) + ".json")
+    if c.sft.enabled and os.path.exists(cache):
+      shutil.copyfile(cache, path)
+      log(f"[pass@k] warm start: reused {cache}")
+      return
+    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
+    with open(path, "w") as f:
+      json.dump([e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")], f)
+    if c.sft.enabled:
+      os.makedirs(os.path.dirname(cache), exist_ok=True)
+      shutil.copyfile(path, cache + ".tmp")
+      os.replace(cache + ".tmp", cache)
+
+  def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str) -> str:
+    """summary.md (the pass@k table), summary.json and pass_at_k.png in `directory`; returns the table."""
+    os.makedirs(directory, exist_ok=True)
+    n = min(e.min_samples for e in evals)
+    text = evaluation.table(evals, evaluation.powers_of_two(n))
+    with open(os.path.join(directory, "summary.json"), "w") as f:
+      json.dump({e.label: e.to_dict(range(1, n + 1)) for e in evals}, f, indent=2)
+    with open(os.path.join(directory, "summary.md"), "w") as f:
+      f.write(f"# {self.config.method} on {self.config.env.id}\n\n{text}\n")
+    evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(directory, "pass_at_k.png"),
+                              title=f"{self.config.method}: pass@k")
+    return text
+
+
+def load_warm_pass_at_k(workdir: str) -> list[evaluation.TaskSetEval]:
+  with open(os.path.join(workdir, WARM_PASS_AT_K)) as f:
+    return [evaluation.TaskSetEval.from_json(e) for e in json.load(f)]

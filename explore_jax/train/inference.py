@@ -1,0 +1,117 @@
+"""Central inference: the learner process answers the actors' prompt and embedding requests in batches.
+
+`InferenceServer.policy_fn` samples a response for every pending `PromptRequest` of every actor (one
+jitted `sampling.generate` call per fixed-shape chunk); `embed_fn` turns `EmbedRequest` texts into
+vectors with the policy itself (mean of its final hidden states over the text's tokens, unit length), so
+that actors stay free of jax. Both are bound to the parameters and keys of one collection with `bind`.
+
+A row's randomness is keyed by its (episode, step), so a response does not depend on which requests share
+its batch, and neither does its prompt width: prompts are sampled at their own length rounded up to 64
+(a few compiled widths, far less prefill than max_prompt_tokens). A method's generation after the episode
+(`PromptRequest.final`, EMPO2's tip) is sampled like any step, at step index = the episode's length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_jax import sampling
+from explore_jax.actors.protocol import PromptRequest, Response
+from explore_jax.models import Model
+
+_WIDTH_BUCKET = 64
+
+
+@dataclasses.dataclass
+class InferenceServer:
+  """Batched sampling and embedding for the actor pool (see the module docstring)."""
+  model: Model
+  tokenizer: Any
+  pad_id: int
+  prompt_len: int
+  response_len: int
+  max_steps: int
+  batch_size: int
+
+  def bind(self, params: Any, key: jax.Array, params_sampling: sampling.SamplingParams, version: int,
+           features: bool = False) -> tuple[Callable, Callable]:
+    """(policy_fn, embed_fn) for ActorPool.run, sampling with `params` from streams of `key`."""
+    return (functools.partial(self.policy_fn, params=params, key=key, params_sampling=params_sampling,
+                              version=version, features=features),
+            functools.partial(self.embed_fn, params=params))
+
+  def row_id(self, request: PromptRequest) -> int:
+    # Unique per (episode, step); step runs to max_steps inclusive (the generation after the episode).
+    return request.episode_id * (self.max_steps + 1) + request.step
+
+  def policy_fn(self, requests: list[PromptRequest], *, params: Any, key: jax.Array,
+                params_sampling: sampling.SamplingParams, version: int, features: bool = False) -> list[Response]:
+    """A response per request; with `features`, each carries the final hidden state at its last token."""
+    out: list[Response] = []
+    B = self.batch_size
+    for P, chunk in self._chunks(requests, lambda r: len(r.prompt_ids)):
+      prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P)
+      row_ids = np.zeros((B,), np.int32)
+      row_ids[:len(chunk)] = [self.row_id(r) for r in chunk]
+      sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
+                                 max_new_tokens=self.response_len, pad_id=self.pad_id, return_hidden=features)
+      s = jax.device_get(sample)
+      for i, req in enumerate(chunk):
+        n = int(s.lengths[i])
+        out.append(Response(episode_id=req.episode_id, step=req.step, tokens=s.tokens[i, :n],
+                            logprobs=s.logprobs[i, :n], temperatures=s.temperatures[i, :n],
+                            segments=s.segments[i, :n], policy_version=version,
+                            features=np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if features else None))
+    return out
+
+  def embed_fn(self, requests: list[Any], *, params: Any) -> list[np.ndarray]:
+    """[len(texts), E] float32 unit vectors per request: the policy's mean final hidden state over each
+    text's tokens (cut to max_prompt_tokens from the left, like prompts)."""
+    texts = [(i, t) for i, r in enumerate(requests) for t in r.texts]
+    ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"][-self.prompt_len:] or [self.pad_id]
+           for _, t in texts]
+    vectors: list[Optional[np.ndarray]] = [None] * len(texts)
+    order = list(range(len(texts)))
+    for P, chunk in self._chunks(order, lambda j: len(ids[j])):
+      tokens, mask = self._left_padded([ids[j] for j in chunk], P)
+      pooled = np.asarray(_embed(self.model, params, jnp.asarray(tokens), jnp.asarray(mask)))
+      for row, j in enumerate(chunk):
+        vectors[j] = pooled[row]
+    out: list[list[np.ndarray]] = [[] for _ in requests]
+    for (i, _), v in zip(texts, vectors):
+      out[i].append(v)
+    dim = self.model.config.hidden_size
+    return [np.stack(v).astype(np.float32) if v else np.zeros((0, dim), np.float32) for v in out]
+
+  def _chunks(self, items: list, length: Callable[[Any], int]) -> list[tuple[int, list]]:
+    """Items grouped by their width (length rounded up to 64, at most prompt_len), in batches of B."""
+    by_width: dict[int, list] = {}
+    for item in items:
+      width = min(self.prompt_len, -(-max(length(item), 1) // _WIDTH_BUCKET) * _WIDTH_BUCKET)
+      by_width.setdefault(width, []).append(item)
+    B = self.batch_size
+    return [(P, rs[i:i + B]) for P, rs in sorted(by_width.items()) for i in range(0, len(rs), B)]
+
+  def _left_padded(self, rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.full((self.batch_size, width), self.pad_id, np.int32)
+    mask = np.zeros((self.batch_size, width), bool)
+    mask[:, -1] = True  # filler rows need one real token; their outputs are discarded
+    for i, ids in enumerate(rows):
+      ids = ids[-width:]
+      tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
+    return tokens, mask
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(model: Model, params: Any, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+  positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+  hidden = model.apply(params, tokens, positions, attention_mask=mask, return_hidden=True).hidden
+  weights = mask.astype(hidden.dtype)[..., None]
+  pooled = jnp.sum(hidden * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
+  return (pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-6)).astype(jnp.float32)

@@ -1,0 +1,253 @@
+"""The learner: it owns the policy's train state and the method's aux models, and only updates them.
+
+  rewards      extrinsic (task, format, overlong) + the method's intrinsic terms, kept per record
+  advantages   the estimator named by the config over StepRecords (step weights, anchor states, ...)
+  update       minibatch epochs of the clipped policy loss (train/rl_step.py), after the method's batch
+               rewrite, with the KL term against the starting policy when its coefficient is positive
+  aux models   trained in the phase each declares (train/aux_models.py)
+  sft          SFT requests on the policy's own parameters (the warm start is one, at iteration 0)
+  checkpoint   {"train": policy, "aux": {name: aux state}, "method": method arrays} in one orbax step,
+               every leaf with its sharding; the method's JSON state in the step's metadata
+
+A learner never talks to actors: the loop hands it records.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_jax.methods import Method
+from explore_jax.methods.base import BuildContext, SFTRequest
+from explore_jax.models import Model
+from explore_jax.rl.advantages import RecordLayout, StepRecords, get_advantage_estimator, intern_keys
+from explore_jax.train import aux_models as aux_lib
+from explore_jax.train import checkpoint, sft, sft_data
+from explore_jax.train import state as state_lib
+from explore_jax.train.rl_step import make_reference_logprobs, make_rl_step
+
+# Named seeds of the learner's host random streams (each also folded with (seed, iteration)).
+MINIBATCH_STREAM = 7
+BATCH_REWRITE_STREAM = 11
+SFT_STREAM = 99
+# Prompt columns that are padding in every row are dropped in steps of this many (few compiled widths).
+PROMPT_BUCKET = 64
+# Records whose method field is named so become StepRecords.step_weights (DPEPO's W_t).
+STEP_WEIGHT_FIELD = "step_weight"
+
+
+class Learner:
+  """Policy and aux-model updates on records (see the module docstring)."""
+
+  def __init__(self, config: Any, model: Model, method: Method, initial_params: Any, ctx: BuildContext,
+               key: jax.Array, *, tokenizer: Any, prompt_len: int, response_len: int, max_steps: int):
+    self.config, self.model, self.method = config, model, method
+    self.initial_params, self.tokenizer = initial_params, tokenizer
+    self.prompt_len, self.response_len, self.max_steps = prompt_len, response_len, max_steps
+    o = config.optimizer
+    self.optimizer = state_lib.make_optimizer(o.learning_rate, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2,
+                                              eps=o.eps, max_grad_norm=o.max_grad_norm, warmup_steps=o.warmup_steps)
+    self.shardings = state_lib.state_shardings(model, self.optimizer, model.mesh, model.rules)
+    self.loss_config = method.loss_config()
+    self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings)
+    self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
+    self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
+    self.state: Optional[state_lib.TrainState] = None
+    self.reference_params: Any = None
+
+  # ---- state -----------------------------------------------------------------------------------------
+  def init(self, params: Any) -> None:
+    """The policy starts from `params` (the warm start); the KL term, when on, is measured against them."""
+    self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
+    self.reference_params = params if self.reference_logprobs is not None else None
+
+  def aux_params(self) -> dict[str, Any]:
+    return {name: model.params for name, model in self.aux.items()}
+
+  def checkpoint_tree(self) -> dict[str, Any]:
+    tree: dict[str, Any] = {"train": self.state}
+    if self.aux:
+      tree["aux"] = {name: model.state for name, model in self.aux.items()}
+    arrays = self.method.array_state()
+    if arrays is not None:
+      tree["method"] = arrays
+    return tree
+
+  def abstract_checkpoint(self) -> dict[str, Any]:
+    """The restore target: every part's shapes with the shardings it trains with."""
+    train = checkpoint.abstract_like(
+        jax.eval_shape(lambda: state_lib.create_train_state(self.initial_params, self.optimizer)), self.shardings)
+    tree: dict[str, Any] = {"train": train}
+    if self.aux:
+      tree["aux"] = {name: model.abstract_state() for name, model in self.aux.items()}
+    arrays = self.method.array_state()
+    if arrays is not None:
+      replicated = jax.sharding.NamedSharding(self.model.mesh, jax.sharding.PartitionSpec())
+      tree["method"] = checkpoint.abstract_like(jax.eval_shape(lambda: arrays),
+                                                jax.tree.map(lambda _: replicated, arrays))
+    return tree
+
+  def load_checkpoint_tree(self, tree: dict[str, Any]) -> None:
+    self.state = tree["train"]
+    for name, model in self.aux.items():
+      model.state = tree["aux"][name]
+    if "method" in tree:
+      self.method.load_array_state(jax.tree.map(np.asarray, tree["method"]))
+
+  # ---- rewards and advantages ------------------------------------------------------------------------
+  def rewards(self, records: Any) -> tuple[Any, np.ndarray, dict[str, float]]:
+    """(records with their intrinsic terms filled in, the scalar reward per record, metrics)."""
+    valid = np.asarray(records.valid)
+    rewards = self.method.extrinsic_rewards(records)
+    terms = self.method.intrinsic_rewards(records, self.aux_params())
+    metrics = {}
+    if self.method.intrinsic_names:
+      missing = set(self.method.intrinsic_names) ^ set(terms)
+      if missing:
+        raise ValueError(f"method {self.method.name!r} declared intrinsic terms {self.method.intrinsic_names} "
+                         f"but returned {sorted(terms)}")
+      columns = [np.asarray(terms[name], np.float32) for name in self.method.intrinsic_names]
+      for name, column in zip(self.method.intrinsic_names, columns):
+        rewards = rewards + column
+        metrics[f"reward/{name}"] = float(column[valid].mean()) if valid.any() else 0.0
+      records = records.replace(intrinsic_rewards=np.stack(columns, axis=-1) * valid[:, None])
+    return records, rewards, metrics
+
+  def step_records(self, records: Any, rewards: np.ndarray, valid: np.ndarray) -> StepRecords:
+    """The estimators' view of the records: rewards, ids, interned anchor states, invalid actions, and the
+    method's step weights when it declares them."""
+    r = self.config.rollout
+    group = np.asarray(records.group_id)
+    weights = records.extras.get(STEP_WEIGHT_FIELD)
+    return StepRecords(
+        rewards=jnp.asarray(rewards, jnp.float32), group_ids=jnp.asarray(group), valid=jnp.asarray(valid),
+        traj_ids=jnp.asarray(records.traj_id), step_ids=jnp.asarray(records.step_index),
+        state_ids=jnp.asarray(intern_keys(np.asarray(records.state_key).tolist(), group.tolist())),
+        invalid_action=jnp.asarray(np.asarray(records.format_reward) < 1.0),
+        step_weights=None if weights is None else jnp.asarray(weights, jnp.float32),
+        # Ids are dense (state ids per group), so the estimators skip sorting; a group holds at most
+        # G * max_steps distinct states.
+        layout=RecordLayout(num_groups=r.num_tasks, num_trajectories=r.num_tasks * r.group_size,
+                            max_steps=self.max_steps, num_states=r.group_size * self.max_steps))
+
+  def advantages(self, records: Any, rewards: np.ndarray) -> tuple[jax.Array, np.ndarray]:
+    """(advantage per record, the records that enter the update): groups are kept or dropped on their
+    trajectories' outcome returns (DAPO), the estimator sees the full step rewards."""
+    valid = np.asarray(records.valid)
+    group = np.asarray(records.group_id)
+    outcomes = _group_returns(np.asarray(records.task_reward), group, np.asarray(records.traj_id), valid)
+    valid = valid & np.isin(group, list(self.method.keep_groups(outcomes)))
+    estimator = get_advantage_estimator(self.method.advantage_name)
+    options = tuple(sorted(self.method.advantage_options().items()))
+    return _jit_estimator(estimator, options)(self.step_records(records, rewards, valid)), valid
+
+  # ---- updates ---------------------------------------------------------------------------------------
+  def update_batch(self, records: Any, advantages: jax.Array, valid: np.ndarray, iteration: int) -> dict[str, Any]:
+    batch = {"prompt_tokens": jnp.asarray(records.prompt_tokens), "prompt_mask": jnp.asarray(records.prompt_mask),
+             "response_tokens": jnp.asarray(records.response_tokens),
+             "response_mask": jnp.asarray(records.response_mask), "temperatures": jnp.asarray(records.temperatures),
+             "behaviour_logprobs": jnp.asarray(records.behaviour_logprobs), "advantages": advantages,
+             "valid": jnp.asarray(valid)}
+    rng = np.random.default_rng([self.config.seed, iteration, BATCH_REWRITE_STREAM])
+    return self.method.update_batch(batch, records, rng)
+
+  def update(self, batch: dict[str, Any], iteration: int) -> dict[str, float]:
+    """Minibatch epochs of the policy loss over the batch's valid rows, in a seeded order."""
+    c = self.config.rl
+    valid_idx = np.flatnonzero(np.asarray(batch["valid"]))
+    if valid_idx.size == 0:
+      return {"update_skipped_no_signal": 1.0}
+    batch = _trim_prompt_padding(batch, valid_idx)
+    if self.reference_logprobs is not None:
+      batch = {**batch, "ref_logprobs": self.reference_logprobs(self.reference_params, batch)}
+    rng = np.random.default_rng([self.config.seed, iteration, MINIBATCH_STREAM])
+    M = c.minibatch_size
+    sums: dict[str, float] = {}
+    count = 0
+    for _ in range(c.epochs):
+      order = rng.permutation(valid_idx)
+      for start in range(0, len(order), M):
+        idx = order[start:start + M]
+        idx = np.concatenate([idx, np.full(M - len(idx), idx[0])])
+        pad = np.arange(M) >= len(order[start:start + M])
+        mb = {k: jnp.take(v, idx, axis=0) for k, v in batch.items()}
+        mb["valid"] = mb["valid"] & ~jnp.asarray(pad)
+        self.state, m = self.rl_step(self.state, mb)
+        for k, v in jax.device_get(m).items():
+          sums[k] = sums.get(k, 0.0) + float(v)
+        count += 1
+    return {f"update/{k}": v / count for k, v in sums.items()} | {"update/minibatches": float(count)}
+
+  def train_aux(self, phase: str, records: Any) -> dict[str, float]:
+    """Trains every aux model whose phase this is on the records."""
+    metrics: dict[str, float] = {}
+    for model in self.aux.values():
+      if model.spec.phase == phase:
+        metrics.update(model.train(records))
+    return metrics
+
+  def sft(self, request: SFTRequest, progress: Optional[Callable[[int, float], None]] = None) -> dict[str, float]:
+    """Runs an SFT request on the policy's parameters; the RL optimizer's state is kept."""
+    params, losses = finetune(self.model, self.state.params, request, self.tokenizer, self.prompt_len,
+                              self.response_len, progress=progress)
+    self.state = self.state.replace(params=jax.device_put(params, self.shardings.params))
+    return {f"{request.label}/loss_first": losses[0], f"{request.label}/loss_last": float(np.mean(losses[-10:])),
+            f"{request.label}/steps": float(len(losses))}
+
+
+def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, prompt_len: int, response_len: int,
+             *, progress: Optional[Callable[[int, float], None]] = None) -> tuple[Any, list[float]]:
+  """`request.steps` next-token steps on its demonstrations from `params` under a fresh AdamW; returns the
+  new params and the per-step losses. `progress(step, loss)` is called after each step."""
+  if not request.demonstrations:
+    raise ValueError(f"SFT request {request.label!r} has no demonstrations")
+  demos = list(request.demonstrations)
+  arrays = sft_data.tokenize_demos(tokenizer, demos, prompt_len, response_len)
+  # Columns that are padding in every row cost compute and change nothing: drop them (in steps of 16).
+  first = int(np.argmax(arrays["attention_mask"].any(0))) // 16 * 16
+  arrays = {k: v[:, first:] for k, v in arrays.items()}
+  opt = state_lib.make_optimizer(request.learning_rate, max_grad_norm=1.0)
+  sh = state_lib.state_shardings(model, opt, model.mesh, model.rules)
+  st = state_lib.create_train_state(params, opt, sh)
+  step = sft.make_train_step(model, opt, sh)
+  rng = np.random.default_rng([request.seed, SFT_STREAM])
+  losses = []
+  for i in range(request.steps):
+    idx = rng.choice(len(demos), size=request.batch_size, replace=len(demos) < request.batch_size)
+    st, m = step(st, {k: v[idx] for k, v in arrays.items()})
+    losses.append(float(m["loss"]))
+    if progress is not None:
+      progress(i + 1, losses[-1])
+  return st.params, losses
+
+
+def _trim_prompt_padding(batch: dict[str, Any], rows: np.ndarray, bucket: int = PROMPT_BUCKET) -> dict[str, Any]:
+  """Drops the prompt columns that are padding in every row used, in steps of `bucket` columns (so an
+  iteration's update compiles for one of a few prompt widths). Prompts are left-padded, so the result is
+  the same computation on fewer tokens."""
+  used = np.asarray(batch["prompt_mask"])[rows].any(0)
+  first = int(np.argmax(used)) // bucket * bucket if used.any() else 0
+  if first == 0:
+    return batch
+  return {**batch, "prompt_tokens": batch["prompt_tokens"][:, first:], "prompt_mask": batch["prompt_mask"][:, first:]}
+
+
+def _group_returns(rewards, group, traj, valid) -> dict[int, np.ndarray]:
+  """Each group's per-trajectory sums of `rewards` over valid records."""
+  totals: dict[tuple[int, int], float] = {}
+  for r, g, t, v in zip(rewards, group, traj, valid):
+    if v:
+      totals[(int(g), int(t))] = totals.get((int(g), int(t)), 0.0) + float(r)
+  out: dict[int, list[float]] = {}
+  for (g, _), total in totals.items():
+    out.setdefault(g, []).append(total)
+  return {g: np.asarray(v) for g, v in out.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _jit_estimator(estimator, options: tuple):
+  return jax.jit(functools.partial(estimator, **dict(options)))

@@ -1,0 +1,117 @@
+"""Acting: which episodes an iteration plays, playing them on the actor pool, and packing them into Records.
+
+  specs   = episode_specs(config, method, iteration)     B task groups x G episodes (seeds from (seed, it))
+  results = collect(pool, specs, policy_fn, embed_fn)    the actors play them; per-iteration metrics
+  records = to_records(spec, method, results, ...)       fixed-shape numpy Records with the method's fields
+
+Every random choice is a function of (seed, iteration, episode, step): environment seeds here, the
+sampler's per-row streams in train/inference.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from explore_jax.actors.pool import ActorPool
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
+from explore_jax.methods import Method
+from explore_jax.replay import RecordSpec, from_host
+
+
+def task_groups(config: Any, iteration: int, *, evaluation: bool) -> tuple[list[tuple[int, int]], dict[str, Any],
+                                                                           np.random.Generator]:
+  """[(task seed, group size)], the environment kwargs and the iteration's host random stream."""
+  c = config
+  rng = np.random.default_rng([c.seed, iteration, int(evaluation)])
+  env_kwargs = dict(c.env.kwargs)
+  if evaluation:
+    groups = [(c.eval.seed_offset + i, 1) for i in range(c.eval.num_episodes)]
+    env_kwargs.update(c.eval.get("env_kwargs", {}))
+  else:
+    high = c.rollout.get("task_pool", 0) or 2**31 - 1  # a finite pool: tasks recur across iterations
+    groups = [(int(rng.integers(0, high)), c.rollout.group_size) for _ in range(c.rollout.num_tasks)]
+  return groups, env_kwargs, rng
+
+
+def episode_specs(config: Any, method: Optional[Method], iteration: int, *, evaluation: bool) -> list[EpisodeSpec]:
+  """B task groups of G episodes each (a group's episodes share the environment seed); training episodes
+  carry the method's context, evaluation episodes none."""
+  groups, env_kwargs, rng = task_groups(config, iteration, evaluation=evaluation)
+  specs, traj = [], 0
+  for g, (seed, size) in enumerate(groups):
+    for _ in range(size):
+      # Ids are unique within the iteration; the sampler's key is folded with the iteration.
+      spec = EpisodeSpec(episode_id=traj, group_id=g, traj_id=traj, env_id=config.env.id,
+                         env_kwargs=env_kwargs, seed=seed)
+      if not evaluation and method is not None:
+        spec = dataclasses.replace(spec, context=method.episode_context(spec, rng))
+      specs.append(spec)
+      traj += 1
+  return specs
+
+
+def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embed_fn: Optional[Callable] = None
+            ) -> tuple[list[EpisodeResult], dict[str, float]]:
+  """The finished episodes (dropped ones left out) and the rollout's metrics."""
+  t0 = time.time()
+  results, pool_metrics = pool.run(specs, policy_fn, embed_fn=embed_fn)
+  wall = time.time() - t0
+  finished = [r for r in results if not r.dropped]
+  n = max(len(finished), 1)
+  steps = sum(len(r.steps) for r in finished)
+  new_tokens = sum(len(s.response.tokens) for r in finished for s in r.steps)
+  sample_time = float(pool_metrics["policy_seconds"])
+  return finished, {
+      "success_rate": sum(r.success for r in finished) / n,
+      "return": sum(r.total_reward for r in finished) / n,
+      "episode_length": steps / n,
+      "format_ok": sum(s.format_reward for r in finished for s in r.steps) / max(steps, 1),
+      "episodes_dropped": float(pool_metrics["episodes_dropped"]),
+      "actor_restarts": float(pool_metrics["actor_restarts"]),
+      "truncated_prompts": float(pool_metrics["truncated_prompts"]),
+      "time_rollout_s": wall, "time_sampling_s": sample_time,
+      "time_environment_s": max(wall - sample_time, 0.0),
+      "sample_tokens_per_s": new_tokens / max(sample_time, 1e-9),
+  }
+
+
+def visitation_depths(state_keys: list[int]) -> list[int]:
+  """kappa(s_t) = #{k < t : s_k = s_t} along one trajectory (EAPO, eq. 12)."""
+  seen: dict[int, int] = {}
+  out = []
+  for key in state_keys:
+    out.append(seen.get(key, 0))
+    seen[key] = out[-1] + 1
+  return out
+
+
+def to_records(spec: RecordSpec, method: Method, results: list[EpisodeResult], iteration: int, *,
+               max_steps: int, pad_to: int):
+  """numpy Records of every step of `results` (padded to `pad_to` rows), with the method's fields."""
+  rows = []
+  for r in results:
+    if len(r.steps) > max_steps:
+      raise ValueError(f"an episode of {r.spec.env_id} ran {len(r.steps)} steps; config.env.max_steps="
+                       f"{max_steps} must bound the environment's episode length")
+    fields = method.step_fields(r)
+    if len(fields) != len(r.steps):  # zip below would silently drop the steps without fields
+      raise ValueError(f"method {method.name!r} returned step fields for {len(fields)} of the episode's "
+                       f"{len(r.steps)} steps; step_fields must return one dict per step")
+    depths = visitation_depths([s.state_key for s in r.steps])
+    for s, extra, depth in zip(r.steps, fields, depths):
+      rows.append({
+          "prompt_tokens": np.asarray(s.prompt_ids[-spec.prompt_len:], np.int32),
+          "response_tokens": s.response.tokens, "behaviour_logprobs": s.response.logprobs,
+          "temperatures": s.response.temperatures, "segment_ids": s.response.segments,
+          "task_reward": s.task_reward, "format_reward": s.format_reward,
+          "group_id": s.group_id, "traj_id": s.traj_id, "step_index": s.step_index,
+          "actor_id": s.actor_id, "state_key": s.state_key, "visitation_depth": depth,
+          "policy_version": iteration, "done": s.done,
+          **({"intrinsic": np.zeros(spec.num_intrinsic, np.float32)} if spec.num_intrinsic else {}),
+          **extra,
+      })
+  return from_host(spec, rows, pad_to=pad_to)

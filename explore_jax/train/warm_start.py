@@ -1,0 +1,71 @@
+"""The SFT warm start: an `SFTRequest` at iteration 0 (oracle demonstrations or a JSONL file), cached.
+
+The result depends only on the starting checkpoint, the SFT options and data, and the prompt layout, never
+on the RL seed or the method's training-time behaviour, so it is cached under the cache root by a hash of
+exactly those and shared by every run that warm-starts the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any, Callable
+
+import jax
+
+from explore_jax import hf
+from explore_jax.methods.base import SFTRequest
+from explore_jax.train import checkpoint, sft_data
+from explore_jax.train.learner import finetune
+
+
+def config_hash(*parts: Any) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
+  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout."""
+  return config_hash(checkpoint_dir, config.sft.to_dict(), config.env.to_dict(), prompt_len, response_len,
+                     config.get("system_prompt"), config.get("instruction", ""))
+
+
+def request(config: Any, prompt_hook: Callable) -> SFTRequest:
+  """config.sft as an SFT request: a JSONL file's demonstrations or the environment oracle's episodes."""
+  c = config.sft
+  demos = (sft_data.load_demonstrations(c.demonstrations) if c.demonstrations else
+           sft_data.oracle_sft_demos(config.env.id, {**config.env.kwargs, **c.get("env_kwargs", {})},
+                                     range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes),
+                                     prompt_hook))
+  return SFTRequest(demonstrations=tuple(demos), steps=c.steps, batch_size=c.batch_size,
+                    learning_rate=c.learning_rate, seed=c.seed, label="sft")
+
+
+def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: Any, tokenizer: Any,
+                      prompt_hook: Callable, *, checkpoint_dir: str, prompt_len: int, response_len: int,
+                      log: Callable[[str], None] = print) -> Any:
+  """The policy's parameters after the warm start (the initial ones when config.sft is off)."""
+  if not config.sft.enabled:
+    return initial_params
+  from tqdm import tqdm
+
+  cache = os.path.join(hf.cache_root(), "sft", warm_start_key(config, checkpoint_dir, prompt_len, response_len))
+  abstract = checkpoint.abstract_like(jax.eval_shape(lambda: initial_params), shardings)
+  with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
+    if ck.latest_step() is not None:
+      log(f"[sft] warm start reused from {cache}")
+      return ck.restore(abstract).state
+    log(f"[sft] warm start: demonstrations from {config.sft.demonstrations or 'the environment oracle'}")
+    req = request(config, prompt_hook)
+    t0 = time.time()
+    with tqdm(total=req.steps, desc="sft warm start", unit="step", dynamic_ncols=True) as bar:
+      def progress(step: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}")
+
+      params, losses = finetune(model, initial_params, req, tokenizer, prompt_len, response_len, progress=progress)
+    log(f"[sft] {req.steps} steps on {len(req.demonstrations)} demonstrations: loss {losses[0]:.3f} -> "
+        f"{sum(losses[-10:]) / len(losses[-10:]):.3f} ({time.time() - t0:.0f}s); cached in {cache}")
+    ck.save(0, params, metadata={"losses": losses[-10:], "demonstrations": len(req.demonstrations)})
+    return params
