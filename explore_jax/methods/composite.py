@@ -27,6 +27,10 @@ from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
 from explore_jax.methods.base import BuildContext, Method, SFTRequest
 
 
+# Hooks whose answer comes from the config for every method, so a composition cannot merge them.
+_FROM_CONFIG = ("extrinsic_rewards", "keep_groups", "loss_config", "advantage_name", "advantage_options")
+
+
 def _overrides(method: Method, hook: str) -> bool:
   return getattr(type(method), hook) is not getattr(Method, hook)
 
@@ -55,6 +59,11 @@ class Composite(Method):
     if len(set(self.intrinsic_names)) != len(self.intrinsic_names):
       raise ValueError(f"the parts of {self.name!r} repeat intrinsic reward names: {self.intrinsic_names}")
     self._schedule = self._single_owner("prompt_hook", "temperatures", "delimiters")
+    for n, m in self._named():
+      shared = [h for h in _FROM_CONFIG if _overrides(m, h)]
+      if shared:
+        raise ValueError(f"method {n!r} overrides {shared}, which a composition takes from the config alone; "
+                         "compose it only where those answers can be config fields")
 
   def _single_owner(self, *hooks: str) -> Method:
     """The part that defines these hooks (or the first part, when none does)."""

@@ -1,0 +1,78 @@
+"""Central inference (train/inference.py): the actors' embeddings and samples come back in batches, and a
+request's answer never depends on which other requests share its batch."""
+
+import jax
+import numpy as np
+import pytest
+
+from explore_jax import hf, sampling
+from explore_jax.actors.protocol import EmbedRequest, PromptRequest
+from explore_jax.models import Model
+from explore_jax.parallel import make_mesh
+from explore_jax.parallel.sharding import DEFAULT_RULES
+from explore_jax.train.inference import InferenceServer
+
+
+@pytest.fixture(scope="module")
+def server_and_params():
+  mesh = make_mesh((2, 1, 4), ("data", "fsdp", "tensor"))
+  pre = hf.load_pretrained("tiny", mesh=mesh, rules=DEFAULT_RULES)
+  tok = pre.tokenizer
+  server = InferenceServer(model=Model(pre.config, mesh=mesh, rules=DEFAULT_RULES), tokenizer=tok,
+                           pad_id=tok.pad_token_id, prompt_len=128, response_len=6, max_steps=3, batch_size=4)
+  return server, pre.params
+
+
+TEXTS = ["open door", "take key", "go to the red door", "hello world how are you " * 20, "open door"]
+
+
+def test_embeddings_are_unit_vectors_per_text(server_and_params):
+  server, params = server_and_params
+  _, embed_fn = server.bind(params, jax.random.key(0), sampling.make_sampling_params(1.0), 0)
+  out = embed_fn([EmbedRequest(0, 0, TEXTS[:3]), EmbedRequest(1, 0, []), EmbedRequest(2, 1, TEXTS[3:])])
+  hidden = server.model.config.hidden_size
+  assert [v.shape for v in out] == [(3, hidden), (0, hidden), (2, hidden)]
+  assert all(v.dtype == np.float32 for v in out)
+  vectors = np.concatenate([out[0], out[2]])
+  np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-5)
+  np.testing.assert_allclose(out[2][1], out[0][0], atol=1e-6)         # equal texts, equal vectors
+  assert not np.allclose(out[0][0], out[0][1], atol=1e-3)             # different texts differ
+  # A text's vector does not depend on its batch-mates (7 texts: two batches of 4 plus a wider bucket).
+  for text, vector in zip(TEXTS, vectors):
+    alone = embed_fn([EmbedRequest(5, 0, [text])])[0][0]
+    np.testing.assert_allclose(alone, vector, atol=1e-5)
+  crowd = embed_fn([EmbedRequest(i, 0, ["take key", "a b c", text]) for i, text in enumerate(TEXTS)])
+  for request, vector in zip(crowd, vectors):
+    np.testing.assert_allclose(request[2], vector, atol=1e-5)
+
+
+def _ids(server, text):
+  return server.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_responses_do_not_depend_on_batch_mates_and_final_requests_are_answered(server_and_params):
+  server, params = server_and_params
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  policy_fn, _ = server.bind(params, jax.random.key(3), params_sampling, version=7, features=True)
+  final = PromptRequest(episode_id=2, step=3, prompt_ids=_ids(server, "what did you learn?"), final=True)
+  target = PromptRequest(episode_id=1, step=1, prompt_ids=_ids(server, "go to the red door"))
+  others = [PromptRequest(episode_id=i, step=0, prompt_ids=_ids(server, t))
+            for i, t in enumerate(TEXTS[1:], start=3)] + [PromptRequest(9, 2, _ids(server, "open door"))]
+  batch = policy_fn([others[0], final, others[1], target, *others[2:]])
+  assert [(r.episode_id, r.step, r.policy_version) for r in batch][1] == (2, 3, 7)
+  by_key = {(r.episode_id, r.step): r for r in batch}
+  assert len(by_key) == len(batch) == 7
+  for request in (final, target):
+    alone = policy_fn([request])[0]
+    together = by_key[(request.episode_id, request.step)]
+    assert len(alone.tokens) >= 1
+    np.testing.assert_array_equal(alone.tokens, together.tokens)
+    np.testing.assert_allclose(alone.logprobs, together.logprobs, atol=1e-5)
+    np.testing.assert_allclose(alone.features, together.features, atol=1e-4)
+    assert alone.features.shape == (server.model.config.hidden_size,)
+  # A final request is sampled like a step at (episode, step): the same stream and prompt, the same answer.
+  as_step = policy_fn([PromptRequest(2, 3, final.prompt_ids)])[0]
+  np.testing.assert_array_equal(as_step.tokens, by_key[(2, 3)].tokens)
+  # Streams are per (episode, step): another step of the same prompt samples differently somewhere.
+  other_steps = [policy_fn([PromptRequest(1, s, target.prompt_ids)])[0].tokens for s in (0, 2)]
+  assert any(not np.array_equal(t, by_key[(1, 1)].tokens) for t in other_steps)
