@@ -1,22 +1,54 @@
-"""Compares finished runs across seeds: pass@k tables and learning curves, mean and std per method.
+"""Compares finished runs across seeds: pass@k with confidence intervals, tests between methods, per task.
 
   python launch/compare.py runs/results/sge_seed0 runs/results/sge_seed1 ... runs/results/grpo_seed2 \\
       --output=runs/results
 
-Runs are grouped by their config's `method`; each must hold summary.json and metrics.jsonl (written by
-launch/train.py when the config asks for pass@k). Prints a markdown table and writes compare.md and
-compare.png (training success and held-out success per iteration, mean +- std over seeds).
+Runs are grouped by their config's `method`, or by --labels (one name per run, in order: launch/sweep.py
+passes its arms); each must hold summary.json and metrics.jsonl (written by
+launch/train.py when the config asks for pass@k). Prints markdown and, with --output, writes:
+
+  compare.md    1. mean +- sample std over seeds of every pass@k column (--ks), solved >= 1, distinct outcomes;
+                2. per method and task set: pass@1 and pass@k_max, mean with a percentile-bootstrap CI over
+                   seeds (k_max: the largest k every run has);
+                3. per pair of methods and task set: the difference of means with its bootstrap CI (seeds
+                   resampled per method), the permutation p over seeds (the primary test), Welch's t, dof
+                   and p (for reference) and the paired sign-flip p over tasks;
+                4. per task set: the tasks where the methods' seed-averaged pass@k differ most.
+  compare.json  the same numbers, plus each method's per-task, seed-averaged pass@k for every k.
+  compare.png   training success and held-out success per iteration, mean +- std over seeds.
+
+explore_jax/train/stats.py has the methods and why the permutation test is the primary one. Part 3's paired
+test and part 4 need per-task counts: a summary.json entry's "per_task" (TaskSetEval.to_json(): task_ids, samples,
+successes); runs without them get every other number and a note. Pairwise tests leave out the policies in
+--skip_policies (the shared warm start is the same policy for every method).
 """
 
+import itertools
 import json
+import math
 import os
 import sys
 
-import numpy as np
-from absl import app, flags
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_OUTPUT = flags.DEFINE_string("output", None, "Directory for compare.md and compare.png (default: print only).")
-_KS = flags.DEFINE_list("ks", ["1", "2", "4", "8", "16"], "The k of the pass@k columns.")
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from explore_jax.train import stats  # noqa: E402
+from explore_jax.train.evaluation import pass_at_k  # noqa: E402
+
+_OUTPUT = flags.DEFINE_string("output", None,
+                              "Directory for compare.md, compare.json and compare.png (default: print only).")
+_KS = flags.DEFINE_list("ks", ["1", "2", "4", "8", "16"], "The k of the mean +- std table's pass@k columns.")
+_CONFIDENCE = flags.DEFINE_float("confidence", 0.95, "Confidence of the bootstrap intervals.")
+_RESAMPLES = flags.DEFINE_integer("resamples", 10_000,
+                                  "Bootstrap resamples, and Monte Carlo draws of a permutation test too large "
+                                  "to enumerate.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the bootstrap and of Monte Carlo permutation tests.")
+_TOP_TASKS = flags.DEFINE_integer("top_tasks", 10, "Tasks listed per task set in the per-task table.")
+_SKIP_POLICIES = flags.DEFINE_list("skip_policies", ["warm start"],
+                                   "Policies (the part of a label before ' / ') left out of the pairwise tests.")
+_LABELS = flags.DEFINE_list("labels", None, "One group name per run, in order (default: each run's config method).")
 
 
 def load(run: str) -> tuple[str, dict, list[dict]]:
@@ -35,50 +67,248 @@ def mean_std(values, digits: int = 3) -> str:
   return f"{v.mean():.{digits}f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.{digits}f}"
 
 
+def fmt(x: float, digits: int = 3) -> str:
+  return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def fmt_p(p: float) -> str:
+  """p-values: three decimals, three significant digits below 0.001."""
+  if p is None or not math.isfinite(p):
+    return "—"
+  return f"{p:.3f}" if p >= 0.001 else f"{p:.2e}"
+
+
+def fmt_ci(mean: float, low: float, high: float) -> str:
+  return f"{fmt(mean)} [{fmt(low)}, {fmt(high)}]"
+
+
+def _json_safe(x):
+  """nan/inf -> None (compare.json stays strict JSON)."""
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  if isinstance(x, dict):
+    return {k: _json_safe(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_safe(v) for v in x]
+  return x
+
+
+def labels_of(summaries: list[dict]) -> list[str]:
+  """Labels present in every summary, in the first one's order."""
+  return [label for label in summaries[0] if all(label in s for s in summaries[1:])]
+
+
+def common_ks(summaries: list[dict], labels: list[str]) -> list[int]:
+  """The k with a pass@k in every summary's every label."""
+  ks = None
+  for s in summaries:
+    for label in labels:
+      have = {int(k) for k in s[label]["pass_at_k"]}
+      ks = have if ks is None else ks & have
+  return sorted(ks or ())
+
+
+def task_pass_at_k(entry: dict, ks: list[int]) -> dict[str, dict[int, float]] | None:
+  """{task key: {k: pass@k}} from a summary entry's per-task counts, or None when it has none."""
+  counts = entry.get("per_task")
+  if not counts:
+    return None
+  return {json.dumps(t, sort_keys=True): {k: pass_at_k(int(n), int(c), k) for k in ks}
+          for t, n, c in zip(counts["task_ids"], counts["samples"], counts["successes"])}
+
+
+def per_task_arrays(entries: list[dict], ks: list[int]) -> tuple[list[str], dict[int, np.ndarray]] | None:
+  """Task keys common to all seeds and {k: [tasks, seeds] pass@k}, or None when a seed has no counts."""
+  per_seed = [task_pass_at_k(e, ks) for e in entries]
+  if any(p is None for p in per_seed):
+    return None
+  tasks = [t for t in per_seed[0] if all(t in p for p in per_seed[1:])]
+  return tasks, {k: np.array([[p[t][k] for p in per_seed] for t in tasks]) for k in ks}
+
+
+def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, resamples: int, seed: int,
+            skip_policies: list[str]) -> dict:
+  """Every number of compare.md / compare.json (see the module docstring)."""
+  methods = list(by_method)
+  all_summaries = [s for entries in by_method.values() for _, s in entries]
+  labels = labels_of(all_summaries)
+  ks = common_ks(all_summaries, labels)
+  if not ks:
+    sys.exit("error: the runs share no pass@k")
+  k_max = ks[-1]
+  report = {"confidence": confidence, "resamples": resamples, "seed": seed, "ks": ks, "k_max": k_max,
+            "skip_policies": list(skip_policies), "sets": labels, "methods": {}, "comparisons": [], "per_task": {}}
+  values: dict[tuple[str, str, int], list[float]] = {}
+  tasks: dict[tuple[str, str], tuple[list[str], dict[int, np.ndarray]] | None] = {}
+  aligned_tasks: dict[str, dict[str, dict[int, np.ndarray]]] = {}  # label -> method -> k -> [common tasks, seeds]
+  for method, entries in by_method.items():
+    sets = {}
+    for label in labels:
+      rows = [s[label] for _, s in entries]
+      per_k = {}
+      for k in ks:
+        v = [float(r["pass_at_k"][str(k)]) for r in rows]
+        values[method, label, k] = v
+        mean, low, high = stats.bootstrap_ci(v, confidence=confidence, resamples=resamples, seed=seed)
+        per_k[str(k)] = {"values": v, "mean": mean, "low": low, "high": high}
+      sets[label] = {"seeds": len(rows), "pass_at_k": per_k}
+      tasks[method, label] = per_task_arrays(rows, ks)
+    report["methods"][method] = {"runs": [run for run, _ in entries], "seeds": len(entries), "sets": sets}
+
+  for label in labels:
+    have = {m: tasks[m, label] for m in methods if tasks[m, label] is not None}
+    if len(have) < len(methods):
+      continue
+    index = {m: {t: i for i, t in enumerate(have[m][0])} for m in methods}
+    common = [t for t in have[methods[0]][0] if all(t in index[m] for m in methods[1:])]
+    if not common:
+      continue
+    aligned = {m: {k: have[m][1][k][[index[m][t] for t in common]] for k in ks} for m in methods}
+    aligned_tasks[label] = aligned
+    report["per_task"][label] = {
+        "task_ids": [json.loads(t) for t in common],
+        "methods": {m: {str(k): aligned[m][k].mean(axis=1).tolist() for k in ks} for m in methods}}
+
+  for label in labels:
+    if label.split(" / ")[0] in skip_policies:
+      continue
+    for k in sorted({1, k_max}):
+      for a, b in itertools.combinations(methods, 2):
+        va, vb = values[a, label, k], values[b, label, k]
+        diff, low, high = stats.bootstrap_diff_ci(va, vb, confidence=confidence, resamples=resamples, seed=seed)
+        t, dof, welch_p = stats.welch_t(va, vb)
+        row = {"set": label, "k": k, "a": a, "b": b, "seeds_a": len(va), "seeds_b": len(vb),
+               "difference": diff, "low": low, "high": high,
+               "permutation_p": stats.permutation_test(va, vb, resamples=resamples, seed=seed),
+               "welch_t": t, "welch_dof": dof, "welch_p": welch_p, "paired_task_p": None, "tasks": None}
+        if label in aligned_tasks:
+          aligned = aligned_tasks[label]
+          row["paired_task_p"] = stats.paired_task_test(aligned[a][k], aligned[b][k], resamples=resamples,
+                                                        seed=seed)
+          row["tasks"] = int(aligned[a][k].shape[0])
+        report["comparisons"].append(row)
+  return report
+
+
+def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_table: list[str],
+             top_tasks: int) -> str:
+  methods, k_max = list(report["methods"]), report["k_max"]
+  conf = f"{100 * report['confidence']:g}%"
+  out = ["## pass@k, mean ± sample std over seeds", ""]
+  head = ["method", "policy / tasks", "seeds"] + [f"pass@{k}" for k in ks_table] + ["solved≥1", "distinct outcomes"]
+  out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for method, entries in by_method.items():
+    for label in entries[0][1]:
+      rows = [s[label] for _, s in entries if label in s]
+      cells = [method, label, str(len(rows))] + [mean_std([r["pass_at_k"][k] for r in rows]) for k in ks_table]
+      cells += [mean_std([r["tasks_solved_at_least_once"] for r in rows], 1),
+                mean_std([r["distinct_outcomes_per_task"] for r in rows], 2)]
+      out.append("| " + " | ".join(cells) + " |")
+
+  out += ["", f"## Mean over seeds with {conf} percentile-bootstrap CI ({report['resamples']} resamples)", "",
+          f"| method | policy / tasks | seeds | pass@1 [{conf} CI] | pass@{k_max} [{conf} CI] |",
+          "|---|---|---|---|---|"]
+  for method, m in report["methods"].items():
+    for label, s in m["sets"].items():
+      cells = [method, label, str(s["seeds"])]
+      cells += [fmt_ci(*(s["pass_at_k"][str(k)][x] for x in ("mean", "low", "high"))) for k in (1, k_max)]
+      out.append("| " + " | ".join(cells) + " |")
+
+  if report["comparisons"]:
+    out += ["", "## Differences between methods", "",
+            f"A − B: difference of the means over seeds, {conf} bootstrap CI resampling each method's seeds. "
+            "Primary test: the permutation p over seeds (exact up to 100,000 splits; its smallest possible "
+            "value is 2 / C(n_A + n_B, n_A), 0.1 at 3 vs 3 seeds). Welch's t for reference. Paired tasks: "
+            "sign-flip p over tasks of the seed-averaged per-task difference (where, not whether: it ignores "
+            "seed variance). No multiple-comparison correction.", "",
+            "| policy / tasks | pass@k | A | B | seeds | A − B [CI] | permutation p | Welch t | Welch dof "
+            "| Welch p | paired tasks p (tasks) |", "|" + "---|" * 11]
+    for c in report["comparisons"]:
+      paired = "—" if c["paired_task_p"] is None else f"{fmt_p(c['paired_task_p'])} ({c['tasks']})"
+      cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], f"{c['seeds_a']} vs {c['seeds_b']}",
+               fmt_ci(c["difference"], c["low"], c["high"]), fmt_p(c["permutation_p"]), fmt(c["welch_t"], 2),
+               fmt(c["welch_dof"], 1), fmt_p(c["welch_p"]), paired]
+      out.append("| " + " | ".join(cells) + " |")
+
+  missing = [label for label in report["sets"] if label not in report["per_task"]]
+  if any(label.split(" / ")[0] not in report["skip_policies"] for label in report["per_task"]):
+    out += ["", f"## Per task: seed-averaged pass@1 and pass@{k_max}, where the methods differ most", ""]
+    for label, pt in report["per_task"].items():
+      if label.split(" / ")[0] in report["skip_policies"]:
+        continue
+      m = pt["methods"]
+      at_kmax = np.array([m[x][str(k_max)] for x in methods])   # [methods, tasks]
+      at_1 = np.array([m[x]["1"] for x in methods])
+      spread = at_kmax.max(0) - at_kmax.min(0)
+      spread1 = at_1.max(0) - at_1.min(0)
+      order = sorted((i for i in range(len(pt["task_ids"])) if spread[i] > 0 or spread1[i] > 0),
+                     key=lambda i: (-spread[i], -spread1[i], i))
+      out += [f"### {label}: the methods differ on {len(order)} of {len(pt['task_ids'])} tasks"
+              f"{f' (the {top_tasks} largest differences)' if len(order) > top_tasks else ''}", ""]
+      if not order:
+        continue
+      head = ["task"] + [f"{x} pass@{kk}" for x in methods for kk in (1, k_max)] + [f"spread pass@{k_max}"]
+      out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+      for i in order[:top_tasks]:
+        cells = [json.dumps(pt["task_ids"][i])]
+        cells += [fmt(m[x][str(kk)][i]) for x in methods for kk in (1, k_max)] + [fmt(spread[i])]
+        out.append("| " + " | ".join(cells) + " |")
+      out.append("")
+  if missing:
+    out += ["", f"No per-task counts for {', '.join(missing)} in every run (summary.json entries without "
+            "\"per_task\"): no paired task test or per-task table there."]
+  return "\n".join(out).rstrip() + "\n"
+
+
+def plot(by_method: dict[str, list[tuple[str, list[dict]]]], path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+  for ax, key in zip(axes, ("success_rate", "eval/success_rate")):
+    for method, entries in by_method.items():
+      its = sorted({r["iteration"] for _, m in entries for r in m if key in r})
+      values = np.array([[next((r[key] for r in m if r["iteration"] == i and key in r), np.nan) for i in its]
+                         for _, m in entries])
+      mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
+      ax.plot(its, mean, marker=".", label=f"{method} ({len(entries)} seeds)")
+      ax.fill_between(its, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(key)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
 def main(argv):
   runs = argv[1:]
   if not runs:
     raise app.UsageError("give run directories")
-  by_method: dict[str, list[tuple[dict, list[dict]]]] = {}
-  for run in runs:
+  summaries: dict[str, list[tuple[str, dict]]] = {}
+  curves: dict[str, list[tuple[str, list[dict]]]] = {}
+  if _LABELS.value is not None and len(_LABELS.value) != len(runs):
+    raise app.UsageError(f"--labels has {len(_LABELS.value)} names for {len(runs)} runs")
+  for i, run in enumerate(runs):
     method, summary, metrics = load(run)
-    by_method.setdefault(method, []).append((summary, metrics))
-  ks = [k for k in _KS.value]
-  head = ["method", "policy / tasks", "seeds"] + [f"pass@{k}" for k in ks] + ["solved≥1", "distinct outcomes"]
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for method, entries in by_method.items():
-    for label in entries[0][0]:
-      rows = [s[label] for s, _ in entries]
-      cells = [method, label, str(len(rows))] + [mean_std([r["pass_at_k"][k] for r in rows]) for k in ks]
-      cells += [mean_std([r["tasks_solved_at_least_once"] for r in rows], 1),
-                mean_std([r["distinct_outcomes_per_task"] for r in rows], 2)]
-      lines.append("| " + " | ".join(cells) + " |")
-  text = "\n".join(lines)
-  print(text)
+    method = _LABELS.value[i] if _LABELS.value is not None else method
+    summaries.setdefault(method, []).append((run, summary))
+    curves.setdefault(method, []).append((run, metrics))
+  report = analyse(summaries, confidence=_CONFIDENCE.value, resamples=_RESAMPLES.value, seed=_SEED.value,
+                   skip_policies=_SKIP_POLICIES.value)
+  text = markdown(summaries, report, list(_KS.value), _TOP_TASKS.value)
+  print(text, end="")
   if _OUTPUT.value:
     os.makedirs(_OUTPUT.value, exist_ok=True)
     with open(os.path.join(_OUTPUT.value, "compare.md"), "w") as f:
-      f.write(text + "\n")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, key in zip(axes, ("success_rate", "eval/success_rate")):
-      for method, entries in by_method.items():
-        its = sorted({r["iteration"] for _, m in entries for r in m if key in r})
-        values = np.array([[next((r[key] for r in m if r["iteration"] == i and key in r), np.nan) for i in its]
-                           for _, m in entries])
-        mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
-        ax.plot(its, mean, marker=".", label=f"{method} ({len(entries)} seeds)")
-        ax.fill_between(its, mean - std, mean + std, alpha=0.2)
-      ax.set_xlabel("iteration")
-      ax.set_ylabel(key)
-      ax.grid(alpha=0.3)
-      ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(_OUTPUT.value, "compare.png"), dpi=100)
-    print(f"[compare] {os.path.join(_OUTPUT.value, 'compare.md')}, {os.path.join(_OUTPUT.value, 'compare.png')}")
+      f.write(text)
+    with open(os.path.join(_OUTPUT.value, "compare.json"), "w") as f:
+      json.dump(_json_safe(report), f, indent=1, allow_nan=False)
+    plot(curves, os.path.join(_OUTPUT.value, "compare.png"))
+    names = ("compare.md", "compare.json", "compare.png")
+    print(f"[compare] {', '.join(os.path.join(_OUTPUT.value, n) for n in names)}")
 
 
 if __name__ == "__main__":

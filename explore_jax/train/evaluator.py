@@ -100,7 +100,8 @@ class Evaluator:
     n = min(e.min_samples for e in evals)
     text = evaluation.table(evals, evaluation.powers_of_two(n))
     with open(os.path.join(directory, "summary.json"), "w") as f:
-      json.dump({e.label: e.to_dict(range(1, n + 1)) for e in evals}, f, indent=2)
+      # per_task: the raw counts behind the curves, so that launch/compare.py can pair methods task by task.
+      json.dump({e.label: {**e.to_dict(range(1, n + 1)), "per_task": e.to_json()} for e in evals}, f, indent=2)
     with open(os.path.join(directory, "summary.md"), "w") as f:
       f.write(f"# {self.config.method} on {self.config.env.id}\n\n{text}\n")
     evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(directory, "pass_at_k.png"),

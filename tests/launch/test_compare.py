@@ -1,36 +1,154 @@
-"""launch/compare.py: per-method mean and std over seeds from run directories."""
+"""launch/compare.py: per-method statistics over seeds, tests between methods and per-task tables."""
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
+from explore_jax.train import evaluation, stats
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPARE = os.path.join(REPO, "launch", "compare.py")
+
+
+def _compare(*args):
+  out = subprocess.run([sys.executable, COMPARE, *map(str, args)], capture_output=True, text=True, timeout=300,
+                       cwd=REPO)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return out.stdout
+
+
+def _write_run(path, method, summary, iterations=3, success=0.5):
+  os.makedirs(path)
+  json.dump({"method": method}, open(os.path.join(path, "config.json"), "w"))
+  json.dump(summary, open(os.path.join(path, "summary.json"), "w"))
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for i in range(iterations):
+      f.write(json.dumps({"iteration": i, "success_rate": success, "eval/success_rate": success}) + "\n")
 
 
 def _run_dir(path, method, pass1, solved):
-  os.makedirs(path)
-  json.dump({"method": method}, open(os.path.join(path, "config.json"), "w"))
+  """An old-style summary.json: aggregates only, no per-task counts."""
   entry = {"pass_at_k": {"1": pass1, "2": pass1 + 0.1}, "tasks_solved_at_least_once": solved,
            "distinct_outcomes_per_task": 2.0}
-  json.dump({"trained / train": entry}, open(os.path.join(path, "summary.json"), "w"))
-  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
-    for i in range(3):
-      f.write(json.dumps({"iteration": i, "success_rate": pass1, "eval/success_rate": pass1}) + "\n")
+  _write_run(path, method, {"trained / train": entry}, success=pass1)
 
 
 def test_compare_averages_seeds_per_method(tmp_path):
   _run_dir(tmp_path / "a0", "sge", 0.5, 10)
   _run_dir(tmp_path / "a1", "sge", 0.7, 12)
   _run_dir(tmp_path / "b0", "grpo", 0.4, 9)
-  out = subprocess.run([sys.executable, os.path.join(REPO, "launch", "compare.py"), str(tmp_path / "a0"),
-                        str(tmp_path / "a1"), str(tmp_path / "b0"), "--ks=1,2", f"--output={tmp_path / 'cmp'}"],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
-  assert out.returncode == 0, out.stderr[-2000:]
+  out = _compare(tmp_path / "a0", tmp_path / "a1", tmp_path / "b0", "--ks=1,2", f"--output={tmp_path / 'cmp'}")
   # sge: mean 0.6, sample std 0.1414; grpo: one seed, std 0.
-  assert "| sge | trained / train | 2 | 0.600 ± 0.141 | 0.700 ± 0.141 | 11.0 ± 1.4 | 2.00 ± 0.00 |" in out.stdout
-  assert "| grpo | trained / train | 1 | 0.400 ± 0.000 |" in out.stdout
+  assert "| sge | trained / train | 2 | 0.600 ± 0.141 | 0.700 ± 0.141 | 11.0 ± 1.4 | 2.00 ± 0.00 |" in out
+  assert "| grpo | trained / train | 1 | 0.400 ± 0.000 |" in out
+  # Bootstrap over sge's two seeds: the resampled means are 0.5, 0.6 or 0.7; one grpo seed has no interval.
+  assert "| sge | trained / train | 2 | 0.600 [0.500, 0.700] | 0.700 [0.600, 0.800] |" in out
+  assert "| grpo | trained / train | 1 | 0.400 [—, —] | 0.500 [—, —] |" in out
+  # 2 vs 1 seeds: C(3, 2) = 3 splits, |diff| of {.5,.7}|{.4} = 0.2, {.5,.4}|{.7} = 0.25, {.7,.4}|{.5} = 0.05.
+  # p = 2/3; Welch needs two seeds a side; no per-task counts in these summaries.
+  assert "| trained / train | pass@1 | sge | grpo | 2 vs 1 | 0.200 [—, —] | 0.667 | — | — | — | — |" in out
+  assert "No per-task counts for trained / train" in out
   assert os.path.getsize(tmp_path / "cmp" / "compare.png") > 0
-  bad = subprocess.run([sys.executable, os.path.join(REPO, "launch", "compare.py"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert open(tmp_path / "cmp" / "compare.md").read() in out
+  bad = subprocess.run([sys.executable, COMPARE, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
   assert bad.returncode != 0 and "has no config.json" in bad.stderr
+
+
+TASKS = [3, 5, 8, 13, 21, 34]  # task ids (the evaluator's are env seeds)
+N = 4                          # samples per task: pass@1..4
+
+
+def _summary(rng, skill):
+  """summary.json in the evaluator's format: TaskSetEval.to_dict per label, plus its per-task counts."""
+  out = {}
+  for policy, split in itertools.product(("warm start", "trained"), ("train", "held-out")):
+    label = f"{policy} / {split}"
+    # The warm start is one policy for every run: the same counts; trained policies differ per seed.
+    probs = np.linspace(0.1, 0.8, len(TASKS)) if policy == "warm start" else np.clip(
+        np.linspace(0.0, 0.9, len(TASKS)) + skill + rng.normal(0, 0.1, len(TASKS)), 0, 1)
+    successes = np.array([0 if policy == "trained" and t == 13 and skill < 0.2 else rng.binomial(N, p)
+                          for t, p in zip(TASKS, probs)])
+    if policy == "warm start":
+      successes = np.array([0, 1, 1, 2, 3, 3])
+    e = evaluation.TaskSetEval(label, list(TASKS), np.full(len(TASKS), N), successes,
+                               np.full(len(TASKS), 2))
+    out[label] = {**e.to_dict(range(1, N + 1)), "per_task": e.to_json()}
+  return out
+
+
+def test_compare_statistics_equal_stats_module(tmp_path):
+  rng = np.random.default_rng(0)
+  runs = {"sge": [_summary(rng, 0.3) for _ in range(4)], "grpo": [_summary(rng, 0.0) for _ in range(3)]}
+  dirs = []
+  for method, summaries in runs.items():
+    for seed, s in enumerate(summaries):
+      dirs.append(tmp_path / f"{method}_seed{seed}")
+      _write_run(dirs[-1], method, s)
+  out = _compare(*dirs, "--ks=1,2,4", "--resamples=2000", "--seed=7", f"--output={tmp_path / 'cmp'}")
+  report = json.load(open(tmp_path / "cmp" / "compare.json"))
+  md = open(tmp_path / "cmp" / "compare.md").read()
+  assert md in out
+  assert report["k_max"] == N and report["ks"] == [1, 2, 3, 4]
+
+  def values(method, label, k):
+    return [s[label]["pass_at_k"][str(k)] for s in runs[method]]
+
+  def per_task(method, label, k):  # [tasks, seeds], recomputed from the raw counts
+    return np.array([[evaluation.pass_at_k(N, c, k) for c in s[label]["per_task"]["successes"]]
+                     for s in runs[method]]).T
+
+  # Per method: the bootstrap CI of every pass@k, with the CLI's seed and resamples.
+  for method in runs:
+    assert report["methods"][method]["seeds"] == len(runs[method])
+    for label in runs[method][0]:
+      for k in range(1, N + 1):
+        got = report["methods"][method]["sets"][label]["pass_at_k"][str(k)]
+        mean, low, high = stats.bootstrap_ci(values(method, label, k), resamples=2000, seed=7)
+        assert (got["mean"], got["low"], got["high"]) == (mean, low, high)
+        assert got["values"] == values(method, label, k)
+  mean, low, high = stats.bootstrap_ci(values("sge", "trained / held-out", 1), resamples=2000, seed=7)
+  assert f"| sge | trained / held-out | 4 | {mean:.3f} [{low:.3f}, {high:.3f}] |" in out
+  # The warm start is the same policy everywhere: a degenerate interval.
+  ws = report["methods"]["grpo"]["sets"]["warm start / train"]["pass_at_k"]["4"]
+  assert ws["low"] == ws["mean"] == ws["high"]
+
+  # Pairs: trained policies only (the warm start is skipped), pass@1 and pass@k_max.
+  rows = {(c["set"], c["k"]): c for c in report["comparisons"]}
+  assert set(rows) == {(f"trained / {s}", k) for s in ("train", "held-out") for k in (1, N)}
+  for (label, k), c in rows.items():
+    a, b = values("sge", label, k), values("grpo", label, k)
+    assert (c["a"], c["b"], c["seeds_a"], c["seeds_b"]) == ("sge", "grpo", 4, 3)
+    assert (c["difference"], c["low"], c["high"]) == stats.bootstrap_diff_ci(a, b, resamples=2000, seed=7)
+    assert c["permutation_p"] == stats.permutation_test(a, b)       # C(7, 4) = 35 splits: exact
+    assert c["permutation_p"] * 35 == pytest.approx(round(c["permutation_p"] * 35))
+    assert (c["welch_t"], c["welch_dof"], c["welch_p"]) == pytest.approx(stats.welch_t(a, b), abs=0, rel=0)
+    assert c["paired_task_p"] == stats.paired_task_test(per_task("sge", label, k), per_task("grpo", label, k))
+    assert c["tasks"] == len(TASKS)
+  c = rows["trained / train", N]
+  line = (f"| trained / train | pass@{N} | sge | grpo | 4 vs 3 | {c['difference']:.3f} [{c['low']:.3f}, "
+          f"{c['high']:.3f}] | {c['permutation_p']:.3f} | {c['welch_t']:.2f} | {c['welch_dof']:.1f} | ")
+  assert line in out
+
+  # Per task: seed-averaged pass@k per method, and the table led by the task where they differ most.
+  pt = report["per_task"]["trained / train"]
+  assert pt["task_ids"] == TASKS
+  for method in runs:
+    for k in range(1, N + 1):
+      np.testing.assert_array_equal(pt["methods"][method][str(k)], per_task(method, "trained / train", k).mean(1))
+  at_n = np.array([pt["methods"][m][str(N)] for m in runs])
+  spread = at_n.max(0) - at_n.min(0)
+  top = int(np.argmax(spread))  # ties broken by pass@1 spread, then task order; check the leading spread only
+  section = md.split("### trained / train")[1]
+  first = [line for line in section.splitlines() if line.startswith("| ")][1]   # after the header
+  assert first.endswith(f" {spread[top]:.3f} |")
+  assert "No per-task counts" not in out
+  assert "### warm start" not in md   # the same policy for both: no per-task table, but in compare.json
+  warm = report["per_task"]["warm start / train"]["methods"]
+  for k in range(1, N + 1):
+    np.testing.assert_allclose(warm["sge"][str(k)], warm["grpo"][str(k)], atol=1e-12)

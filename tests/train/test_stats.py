@@ -1,0 +1,158 @@
+"""explore_jax/train/stats.py against cases computed by hand and t-table values."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from explore_jax.train import stats
+
+
+def test_welch_t_and_dof_by_hand():
+  # a = [1, 2, 3]:    mean 2,   s^2 = (1 + 0 + 1) / 2 = 1,                     s^2 / n = 1/3
+  # b = [4, 5, 6, 7]: mean 5.5, s^2 = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3,   s^2 / n = 5/12
+  # se^2 = 1/3 + 5/12 = 3/4;  t = (2 - 5.5) / sqrt(3/4) = -7 / sqrt(3) = -4.04145...
+  # dof = (3/4)^2 / ((1/3)^2 / 2 + (5/12)^2 / 3) = (9/16) / (1/18 + 25/432) = (9/16) / (49/432) = 243/49
+  t, dof, p = stats.welch_t([1, 2, 3], [4, 5, 6, 7])
+  assert t == pytest.approx(-7 / math.sqrt(3), abs=1e-12)
+  assert dof == pytest.approx(243 / 49, abs=1e-12)
+  assert p == pytest.approx(stats.student_t_two_sided_p(7 / math.sqrt(3), 243 / 49), abs=1e-15)
+  # t(4.96) at 4.04: just beyond the table's 0.01 point of t(5) (4.032); scipy's ttest_ind(equal_var=False)
+  # gives p = 0.0100769433479889 for these data.
+  assert p == pytest.approx(0.0100769433479889, abs=1e-9)
+  t2, dof2, p2 = stats.welch_t([4, 5, 6, 7], [1, 2, 3])
+  assert (t2, dof2, p2) == pytest.approx((-t, dof, p))
+
+
+def test_welch_t_edge_cases():
+  assert all(math.isnan(x) for x in stats.welch_t([1.0], [2.0, 3.0]))     # one seed: no variance
+  assert all(math.isnan(x) for x in stats.welch_t([1.0, 1.0], [1.0, 1.0]))  # 0 / 0
+  t, dof, p = stats.welch_t([1.0, 1.0], [0.5, 0.5])
+  assert t == math.inf and math.isnan(dof) and p == 0.0
+
+
+@pytest.mark.parametrize("t, dof, p", [
+    (2.776, 4, 0.05), (2.228, 10, 0.05), (4.604, 4, 0.01), (12.706, 1, 0.05), (2.086, 20, 0.05),
+    (1.960, 1e6, 0.05), (1.812, 10, 0.10), (0.0, 3, 1.0)])
+def test_student_t_p_matches_table_values(t, dof, p):
+  assert stats.student_t_two_sided_p(t, dof) == pytest.approx(p, abs=1e-3)
+  assert stats.student_t_two_sided_p(-t, dof) == stats.student_t_two_sided_p(t, dof)
+
+
+def test_student_t_p_exact_values():
+  # dof = 1 is the Cauchy distribution: P(|T| >= t) = 1 - 2 atan(t) / pi, 1/2 at t = 1.
+  assert stats.student_t_two_sided_p(1.0, 1) == pytest.approx(0.5, abs=1e-12)
+  for t in (0.3, 2.0, 7.0):
+    assert stats.student_t_two_sided_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, abs=1e-12)
+  # dof = 2: P(|T| >= t) = 1 - t / sqrt(2 + t^2).
+  for t in (0.5, 1.0, 3.0):
+    assert stats.student_t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
+  assert stats.student_t_cdf(0.0, 5) == 0.5
+  assert stats.student_t_cdf(2.776, 4) == pytest.approx(0.975, abs=1e-3)
+  assert stats.student_t_cdf(-2.776, 4) == pytest.approx(0.025, abs=1e-3)
+
+
+def test_regularized_incomplete_beta_closed_forms():
+  # I_x(a, 1) = x^a;  I_x(1, b) = 1 - (1 - x)^b;  I_x(a, b) = 1 - I_{1-x}(b, a).
+  for x in (0.05, 0.3, 0.5, 0.9):
+    assert stats.regularized_incomplete_beta(x, 3.5, 1.0) == pytest.approx(x ** 3.5, abs=1e-12)
+    assert stats.regularized_incomplete_beta(x, 1.0, 2.5) == pytest.approx(1 - (1 - x) ** 2.5, abs=1e-12)
+    assert stats.regularized_incomplete_beta(x, 2.0, 7.0) == pytest.approx(
+        1 - stats.regularized_incomplete_beta(1 - x, 7.0, 2.0), abs=1e-12)
+
+
+def test_permutation_test_exact_by_hand():
+  # Pooled {1..6}, 3 vs 3: C(6, 3) = 20 equally likely splits. The observed split {1,2,3} | {4,5,6} has
+  # |mean difference| = 3, the largest possible; only it and its mirror {4,5,6} | {1,2,3} reach 3.
+  # p = 2 / 20 = 0.1 -- the smallest p any 3-vs-3 comparison can give.
+  assert stats.permutation_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1, abs=1e-15)
+  # a = [1, 2, 4], b = [3, 5, 6]: observed |diff| = |7/3 - 14/3| = 7/3. Sums of the "a" side (total 21):
+  # |diff| = |2 s - 21| / 3 >= 7/3  <=>  s <= 7 or s >= 14. 3-subsets of {1..6} with sum <= 7: {1,2,3},
+  # {1,2,4}; with sum >= 14: {3,5,6}, {4,5,6}. p = 4 / 20 = 0.2.
+  assert stats.permutation_test([1, 2, 4], [3, 5, 6]) == pytest.approx(0.2, abs=1e-15)
+  # Equal groups: every split ties or beats 0.
+  assert stats.permutation_test([1, 2], [2, 1]) == 1.0
+
+
+def test_permutation_test_counts_float_ties():
+  # 0.1 + 0.2 != 0.3 in floats; the split sums that equal the observed one up to rounding must count.
+  a, b = [0.1, 0.2, 0.3], [0.3, 0.2, 0.1]
+  assert stats.permutation_test(a, b) == 1.0
+
+
+def test_permutation_test_monte_carlo_agrees_with_enumeration():
+  rng = np.random.default_rng(3)
+  a, b = rng.random(10), rng.random(10) + 0.25    # C(20, 10) = 184756 > EXACT_LIMIT: Monte Carlo
+  p = stats.permutation_test(a, b, resamples=20_000, seed=1)
+  assert p == stats.permutation_test(a, b, resamples=20_000, seed=1)
+  pooled, obs = np.concatenate([a, b]), abs(a.mean() - b.mean())
+  sums = np.array([pooled[list(c)].sum() for c in itertools.combinations(range(20), 10)])
+  exact = np.mean(np.abs(sums / 10 - (pooled.sum() - sums) / 10) >= obs - 1e-12)
+  assert p == pytest.approx(exact, abs=0.01)
+  assert p >= 1 / 20_001
+
+
+def test_bootstrap_ci_properties():
+  v = [0.58, 0.64, 0.57, 0.61, 0.55]
+  mean, low, high = stats.bootstrap_ci(v)
+  assert mean == pytest.approx(np.mean(v), abs=1e-15)
+  assert min(v) <= low < mean < high <= max(v)
+  assert stats.bootstrap_ci(v, seed=0) == (mean, low, high)             # deterministic given the seed
+  assert stats.bootstrap_ci(v, seed=1) != (mean, low, high)
+  # More data of the same spread: a narrower interval (width ~ s / sqrt(n)).
+  rng = np.random.default_rng(0)
+  widths = [np.subtract(*stats.bootstrap_ci(rng.normal(0.6, 0.05, n), seed=0)[2:0:-1]) for n in (4, 40, 400)]
+  assert widths[0] > widths[1] > widths[2] > 0
+  assert widths[1] / widths[2] == pytest.approx(math.sqrt(10), rel=0.25)
+  # 90% inside 95%.
+  _, l90, h90 = stats.bootstrap_ci(v, confidence=0.9)
+  assert low <= l90 and h90 <= high
+
+
+def test_bootstrap_ci_degenerate_cases():
+  assert stats.bootstrap_ci([0.3, 0.3, 0.3]) == (0.3, 0.3, 0.3)
+  mean, low, high = stats.bootstrap_ci([0.7])
+  assert mean == 0.7 and math.isnan(low) and math.isnan(high)
+  with pytest.raises(ValueError):
+    stats.bootstrap_ci([])
+
+
+def test_bootstrap_diff_ci():
+  a, b = [0.875, 0.938, 0.875], [0.781, 0.812, 0.719]
+  diff, low, high = stats.bootstrap_diff_ci(a, b)
+  assert diff == pytest.approx(np.mean(a) - np.mean(b), abs=1e-15)
+  assert low < diff < high
+  # The extremes: every draw lies between min(a) - max(b) and max(a) - min(b).
+  assert min(a) - max(b) <= low and high <= max(a) - min(b)
+  assert stats.bootstrap_diff_ci(a, b, seed=0) == (diff, low, high)
+  assert stats.bootstrap_diff_ci([1.0, 1.0], [0.5, 0.5]) == (0.5, 0.5, 0.5)
+  d1, l1, h1 = stats.bootstrap_diff_ci([1.0], b)
+  assert d1 == pytest.approx(1.0 - np.mean(b)) and math.isnan(l1) and math.isnan(h1)
+
+
+def test_paired_task_test_by_hand():
+  # Per-task differences d = [1, 2, 3] (a is 1 higher on task 0, ...). The 2^3 = 8 sign patterns give
+  # sums +-1 +-2 +-3 = 6, 4, 2, 0, 0, -2, -4, -6; |sum| >= 6 for two of them: p = 2 / 8 = 0.25.
+  assert stats.paired_task_test([1, 2, 3], [0, 0, 0]) == pytest.approx(0.25, abs=1e-15)
+  # Seeds are averaged first: a's task rows [1, 3] -> 2, [0, 0] -> 0, [1, 1] -> 1; b's one seed 0, 1, 1.
+  # d = [2, -1, 0]: sums over signs of +-2 +-1 +-0 = {3, 1, -1, -3}, each twice; |sum| >= |1|: all 8.
+  # p = 8 / 8 = 1.
+  a = [[1.0, 3.0], [0.0, 0.0], [1.0, 1.0]]
+  b = [[0.0], [1.0], [1.0]]
+  np.testing.assert_allclose(stats.task_differences(a, b), [2.0, -1.0, 0.0])
+  assert stats.paired_task_test(a, b) == 1.0
+  # Five tasks all favouring a: only the all-plus and all-minus patterns reach it, p = 2 / 32.
+  assert stats.paired_task_test([[0.5, 0.7]] * 5, [[0.1, 0.3]] * 5) == pytest.approx(2 / 32, abs=1e-15)
+  with pytest.raises(ValueError):
+    stats.paired_task_test([[1.0], [2.0]], [[1.0]])
+
+
+def test_paired_task_test_monte_carlo():
+  rng = np.random.default_rng(2)
+  a, b = rng.random((30, 3)), rng.random((30, 2))          # 2^30 patterns: Monte Carlo
+  p = stats.paired_task_test(a, b, resamples=5000, seed=4)
+  assert p == stats.paired_task_test(a, b, resamples=5000, seed=4)
+  assert 1 / 5001 <= p <= 1.0
+  strong = stats.paired_task_test(a + 1.0, b, resamples=5000, seed=4)
+  assert strong == pytest.approx(1 / 5001)                  # nothing beats "every task favours a"
