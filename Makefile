@@ -34,3 +34,10 @@ bench: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# A protocol (configs/protocols/*.py): every arm x warm start x seed, one run at a time, resumable; compared per
+# arm in runs/protocol/<name>/compare/. Extra flags: make protocol SWEEP_ARGS="--dry_run" (or --only=, --max_runs=).
+PROTOCOL ?= configs/protocols/sge_coding.py
+.PHONY: protocol
+protocol: $(VENV)/.installed
+	$(PY) launch/sweep.py --protocol=$(PROTOCOL) --root=runs/protocol/$(basename $(notdir $(PROTOCOL))) $(SWEEP_ARGS)

@@ -1,0 +1,37 @@
+"""The SGE protocol on the tiny coding tasks: SGE, its GRPO baseline and SGE's ablations, every arm run
+over the same warm starts and RL seeds, one run at a time, reported by launch/compare.py per arm.
+
+  python launch/sweep.py --protocol=configs/protocols/sge_coding.py --root=runs/protocol/sge_coding
+  make protocol PROTOCOL=configs/protocols/sge_coding.py          # the same
+
+A run is (arm, warm start W, seed S) in root/<arm>/ws<W>_seed<S>: the arm's config and overrides, the common
+overrides below, --config.sft.seed=W (runs with the same W share one cached SFT warm start) and
+--config.seed=S. The ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
+"""
+
+# How many RL seeds and warm starts every arm gets: runs per arm = SEEDS x WARM_STARTS. docs/results.md
+# holds the power argument for these numbers; change them there first.
+SEEDS = 5
+WARM_STARTS = 2
+
+# Common to all arms (these are configs/coding.py's defaults, pinned so the protocol states them).
+ITERATIONS = 16   # RL iterations per run
+TASKS = 32        # held-in training tasks (the rollout pool and the environment's task set)
+
+ARMS = (
+    ("sge", "configs/sge_coding.py", ()),
+    ("grpo", "configs/grpo_coding.py", ()),
+    ("sge_no_mixed_temperature", "configs/sge_coding.py", ("--config.sge.strategy_temperature=0.7",)),
+    ("sge_no_negative_reflection", "configs/sge_coding.py", ("--config.sge.p_failure=0",)),
+    ("sge_no_positive_reflection", "configs/sge_coding.py", ("--config.sge.p_success=0",)),
+)
+
+
+def get_protocol() -> dict:
+  return {
+      "arms": [{"name": name, "config": config, "overrides": list(overrides)} for name, config, overrides in ARMS],
+      "seeds": list(range(SEEDS)),
+      "warm_starts": list(range(WARM_STARTS)),
+      "overrides": [f"--config.train.num_iterations={ITERATIONS}", f"--config.rollout.task_pool={TASKS}",
+                    f"--config.env.kwargs.num_tasks={TASKS}"],
+  }
