@@ -4,6 +4,7 @@
   python launch/sweep.py ... --dry_run          # the planned commands; which runs are complete / partial / pending
   python launch/sweep.py ... --only=sge,grpo    # only these arms
   python launch/sweep.py ... --max_runs=3       # stop after 3 launches (a time-boxed session); run again to go on
+  python launch/sweep.py ... --record=docs/results/protocol/sge_coding   # copy each finished run's results there
 
 A protocol file defines `get_protocol()` returning a dict (or ConfigDict):
   arms         [{"name": ..., "config": "configs/x.py[:variant]" (relative to the repo),
@@ -19,6 +20,10 @@ run is launched (again): train.py resumes an interrupted run from its last check
 started again with the same command continues where it stopped. A failed run (non-zero exit) is reported with
 the tail of its stderr and the sweep goes on; the exit status is non-zero if any run failed. After every
 completed run and at the end, launch/compare.py compares all complete runs, grouped by arm, into root/compare/.
+
+With --record=DIR the small files of every complete run (RECORDED_FILES: its config, metrics per iteration and
+pass@k summary) are copied to DIR/<arm>/ws<W>_seed<S>/ and the comparison to DIR/compare/ after every run, so a
+long sweep's results can be committed as they come in (root itself holds checkpoints and stays out of git).
 """
 
 import collections
@@ -27,6 +32,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,12 +48,15 @@ _ROOT = flags.DEFINE_string("root", None, "Sweep directory: root/<arm>/ws<W>_see
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the plan and each run's state; launch nothing.")
 _ONLY = flags.DEFINE_list("only", None, "Run only these arms (comparisons still cover every arm's complete runs).")
 _MAX_RUNS = flags.DEFINE_integer("max_runs", None, "Stop after this many launches.")
+_RECORD = flags.DEFINE_string("record", None, "Copy every complete run's small result files and the comparison "
+                              "here (a directory to commit), after every run.")
 # Hidden in spirit: tests substitute a fake trainer / comparison. Paths relative to the repository root.
 _TRAIN_SCRIPT = flags.DEFINE_string("train_script", "launch/train.py", "The trainer each run executes (tests).")
 _COMPARE_SCRIPT = flags.DEFINE_string("compare_script", "launch/compare.py", "The comparison script (tests).")
 flags.mark_flags_as_required(["protocol", "root"])
 
 RESERVED = ("--config.seed=", "--config.sft.seed=", "--workdir=", "--config=")
+RECORDED_FILES = ("config.json", "metrics.jsonl", "summary.json", "summary.md")
 STDERR_TAIL_LINES = 20
 
 
@@ -226,6 +235,23 @@ def compare(protocol: dict, root: str, compare_script: str) -> tuple[bool, str]:
                 ", ".join(f"{arm}: {n}" for arm, n in counts.items()) + f") -> {os.path.join(root, 'compare')}")
 
 
+def record(protocol: dict, root: str, destination: str) -> int:
+  """Copies RECORDED_FILES of every complete run, and root/compare/, under `destination`; returns the run count."""
+  count = 0
+  for r in plan(protocol, root):
+    if not is_complete(r.workdir):
+      continue
+    target = os.path.join(destination, os.path.relpath(r.workdir, root))
+    os.makedirs(target, exist_ok=True)
+    for name in RECORDED_FILES:
+      if os.path.isfile(os.path.join(r.workdir, name)):
+        shutil.copyfile(os.path.join(r.workdir, name), os.path.join(target, name))
+    count += 1
+  if os.path.isdir(os.path.join(root, "compare")):
+    shutil.copytree(os.path.join(root, "compare"), os.path.join(destination, "compare"), dirs_exist_ok=True)
+  return count
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -283,11 +309,15 @@ def main(argv):
     print(f"[sweep] done in {time.time() - start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}", flush=True)
     table = compare(protocol, root, _COMPARE_SCRIPT.value)
     print(table[1] if not table[0] else table[1].splitlines()[-1], flush=True)
+    if _RECORD.value:
+      print(f"[sweep] recorded {record(protocol, root, _RECORD.value)} complete runs in {_RECORD.value}", flush=True)
 
   if table is None:  # nothing compared since the last run completed (or none did): compare now
     table = compare(protocol, root, _COMPARE_SCRIPT.value)
   compared, text = table
   print(text, flush=True)
+  if _RECORD.value:
+    print(f"[sweep] recorded {record(protocol, root, _RECORD.value)} complete runs in {_RECORD.value}", flush=True)
   remaining = [r for r in runs if not is_complete(r.workdir)]
   print(f"[sweep] launched {launched}, failed {len(failed)}, {len(runs) - len(remaining)} of {len(runs)} complete"
         + (f"; {len(remaining)} to go: run the same command again" if remaining else ""), flush=True)

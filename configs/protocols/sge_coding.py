@@ -9,9 +9,9 @@ overrides below, --config.sft.seed=W (runs with the same W share one cached SFT 
 --config.seed=S. The ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
 """
 
-# How many RL seeds and warm starts every arm gets: runs per arm = SEEDS x WARM_STARTS. docs/results.md
-# holds the power argument for these numbers; change them there first.
-SEEDS = 5
+# How many RL seeds and warm starts every arm gets: runs per arm = SEEDS x WARM_STARTS = 8. docs/results.md
+# holds the power argument for these numbers (stats.permutation_power); change them there first.
+SEEDS = 4
 WARM_STARTS = 2
 
 # Common to all arms (these are configs/coding.py's defaults, pinned so the protocol states them).

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+from configs.protocols import sge_coding as sge_protocol
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Stands in for launch/train.py: logs its argv, resumes "checkpoints", fails where FAKE_FAIL says, else writes
@@ -62,10 +64,13 @@ def test_dry_run_plans_the_sge_protocol_interleaved(tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line.split() for line in out.stdout.splitlines() if "launch/train.py" in line]
   arms = ["sge", "grpo", "sge_no_mixed_temperature", "sge_no_negative_reflection", "sge_no_positive_reflection"]
-  assert len(lines) == len(arms) * 2 * 5  # arms x WARM_STARTS x SEEDS
+  seeds, warm_starts = sge_protocol.SEEDS, sge_protocol.WARM_STARTS
+  assert warm_starts >= 2 and seeds * warm_starts >= 4  # the permutation test needs 4 runs per arm to reach 0.05
+  assert len(lines) == len(arms) * warm_starts * seeds
   workdirs = [next(a for a in line if a.startswith("--workdir=")) for line in lines]
   # seed-major, then warm start, then arm: partial results stay balanced across arms.
-  expected = [f"--workdir={root}/{arm}/ws{ws}_seed{seed}" for seed in range(5) for ws in range(2) for arm in arms]
+  expected = [f"--workdir={root}/{arm}/ws{ws}_seed{seed}" for seed in range(seeds) for ws in range(warm_starts)
+              for arm in arms]
   assert workdirs == expected
   assert lines[0][0] == "complete" and lines[1][:3] == ["partial", "(checkpoint", "8)"] and lines[2][0] == "pending"
   sge_ws1_seed0 = lines[5]
@@ -74,11 +79,13 @@ def test_dry_run_plans_the_sge_protocol_interleaved(tmp_path):
   assert "--config=configs/grpo_coding.py" in lines[1]
   assert lines[2][-1] == "--config.sge.strategy_temperature=0.7"
   assert lines[3][-1] == "--config.sge.p_failure=0" and lines[4][-1] == "--config.sge.p_success=0"
-  assert "1 complete" in out.stdout and "1 partial" in out.stdout and "48 pending" in out.stdout
+  pending = len(arms) * warm_starts * seeds - 2
+  assert "1 complete" in out.stdout and "1 partial" in out.stdout and f"{pending} pending" in out.stdout
   assert sorted(os.listdir(root)) == ["grpo", "sge"]  # a dry run creates nothing
 
   only = sweep("--protocol=configs/protocols/sge_coding.py", f"--root={root}", "--dry_run", "--only=grpo,sge")
-  assert only.returncode == 0 and sum("launch/train.py" in line for line in only.stdout.splitlines()) == 20
+  assert only.returncode == 0
+  assert sum("launch/train.py" in line for line in only.stdout.splitlines()) == 2 * warm_starts * seeds
   bad = sweep("--protocol=configs/protocols/sge_coding.py", f"--root={root}", "--dry_run", "--only=sgd")
   assert bad.returncode != 0 and "unknown arm 'sgd'" in bad.stderr
 
@@ -112,8 +119,15 @@ def test_sweep_skips_complete_resumes_partial_reports_failures_and_continues(tmp
   assert "| a | trained / train | 2 | 0.550 ± 0.071 |" in table
   assert "| b | trained / train | 2 | 0.550 ± 0.071 |" in table
 
-  third = sweep(f"--protocol={protocol}", f"--root={root}", train_script, env={"FAKE_LOG": log})
+  record = tmp_path / "record"
+  third = sweep(f"--protocol={protocol}", f"--root={root}", train_script, f"--record={record}",
+                env={"FAKE_LOG": log})
   assert third.returncode == 0 and len(_launched(log)) == 4 and "launched 0" in third.stdout
+  # --record: the small files of every complete run and the comparison, nothing else (no checkpoints).
+  assert "recorded 4 complete runs" in third.stdout
+  assert sorted(os.listdir(record / "b" / "ws0_seed0")) == ["config.json", "metrics.jsonl", "summary.json"]
+  assert (record / "compare" / "compare.md").read_text() == table
+  assert sorted(os.listdir(record)) == ["a", "b", "compare"]
 
 
 def test_max_runs_and_only(tmp_path):

@@ -156,3 +156,24 @@ def test_paired_task_test_monte_carlo():
   assert 1 / 5001 <= p <= 1.0
   strong = stats.paired_task_test(a + 1.0, b, resamples=5000, seed=4)
   assert strong == pytest.approx(1 / 5001)                  # nothing beats "every task favours a"
+
+
+def test_permutation_power_hand_cases():
+  # 3 vs 3 seeds: the smallest exact p is 2/20 = 0.1, so no effect however large can reach 0.05.
+  assert stats.permutation_power(100.0, 1.0, 3) == 0.0
+  # 4 vs 4 under the null: exactly the 2 most extreme of C(8, 4) = 70 splits reject (p = 2/70 <= 0.05 <
+  # 4/70), so the rejection rate is 2/70 = 0.0286; 20,000 simulations put 4 standard errors at 0.0047.
+  null = stats.permutation_power(0.0, 1.0, 4, simulations=20_000)
+  assert abs(null - 2 / 70) < 4 * math.sqrt((2 / 70) * (1 - 2 / 70) / 20_000)
+  # A huge effect always rejects from 4 seeds on; only effect / sd matters (same draws, rescaled).
+  assert stats.permutation_power(50.0, 1.0, 4) == 1.0
+  assert stats.permutation_power(0.1, 0.07, 6) == stats.permutation_power(1.0, 0.7, 6)
+  # More seeds, more power; the Monte Carlo split set (C(16, 8) > splits) behaves like the exact one.
+  p4, p6, p8 = (stats.permutation_power(1.5, 1.0, n) for n in (4, 6, 8))
+  assert p4 < p6 < p8
+  # Against the pooled t-test's power at d = 1.5, n = 8 per arm, alpha 0.05 two-sided: noncentrality
+  # 1.5 * sqrt(8 / 2) = 3.0, 14 dof, critical t 2.145, power 0.80 (normal approximation: Phi(3.0 - 2.145)
+  # = 0.80); for normal data the permutation test is about as powerful.
+  assert 0.74 < p8 < 0.86
+  with pytest.raises(ValueError, match="at least 2 runs"):
+    stats.permutation_power(1.0, 1.0, 1)
