@@ -94,11 +94,12 @@ class Evaluator:
       shutil.copyfile(path, cache + ".tmp")
       os.replace(cache + ".tmp", cache)
 
-  def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str) -> str:
-    """summary.md (the pass@k table), summary.json and pass_at_k.png in `directory`; returns the table."""
+  def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str, note: str = "") -> str:
+    """summary.md (the pass@k table, then `note`), summary.json and pass_at_k.png in `directory`; returns
+    the text of summary.md after its title."""
     os.makedirs(directory, exist_ok=True)
     n = min(e.min_samples for e in evals)
-    text = evaluation.table(evals, evaluation.powers_of_two(n))
+    text = evaluation.table(evals, evaluation.powers_of_two(n)) + (f"\n\n{note}" if note else "")
     with open(os.path.join(directory, "summary.json"), "w") as f:
       # per_task: the raw counts behind the curves, so that launch/compare.py can pair methods task by task.
       json.dump({e.label: {**e.to_dict(range(1, n + 1)), "per_task": e.to_json()} for e in evals}, f, indent=2)
@@ -107,6 +108,16 @@ class Evaluator:
     evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(directory, "pass_at_k.png"),
                               title=f"{self.config.method}: pass@k")
     return text
+
+
+# Said under a training run's summary: which of its numbers another machine would change, and where claims
+# about methods are made.
+ONE_RUN_NOTE = (
+    "One run, one seed. Repeating this command on this machine with the same settings reproduces every number "
+    "(bit for bit).\nOn another CPU model or thread count, XLA's CPU arithmetic rounds differently: the warm "
+    "start and every number\nabove move (by up to ~0.15 pass@16 after RL at this scale; docs/determinism.md). "
+    "Only the task set and the\nsampling protocol are machine-independent. Method comparisons are made over "
+    "warm starts and seeds with\nconfidence intervals: `make protocol` (docs/results.md).")
 
 
 def load_warm_pass_at_k(workdir: str) -> list[evaluation.TaskSetEval]:

@@ -74,7 +74,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
     writer.close()
   if passk:
     warm = evaluator_lib.load_warm_pass_at_k(parts.workdir)
-    text = evaluator.write_summary([warm[0], trained[0], warm[1], trained[1]], parts.workdir)
+    text = evaluator.write_summary([warm[0], trained[0], warm[1], trained[1]], parts.workdir,
+                                   note=evaluator_lib.ONE_RUN_NOTE)
     print(f"\n{text}\n[summary] {os.path.join(parts.workdir, 'summary.md')}, "
           f"{os.path.join(parts.workdir, 'pass_at_k.png')}")
   history = writer.history

@@ -32,6 +32,7 @@ def test_default_config_trains_evaluates_and_reports(tmp_path):
   run = train("--config=configs/sge_coding.py", f"--workdir={tmp_path / 'run'}", *SMALL, env=env)
   assert run.returncode == 0, run.stderr[-3000:]
   assert "[sft]" in run.stdout and "pass@1" in run.stdout and "summary.md" in run.stdout
+  assert "docs/determinism.md" in run.stdout and "make protocol" in run.stdout  # one run is not a claim
   summary = json.load(open(tmp_path / "run" / "summary.json"))
   assert set(summary) == {"warm start / train", "trained / train", "warm start / held-out", "trained / held-out"}
   for entry in summary.values():
