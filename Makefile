@@ -36,8 +36,11 @@ clean:
 	rm -rf $(VENV) runs .pytest_cache
 
 # A protocol (configs/protocols/*.py): every arm x warm start x seed, one run at a time, resumable; compared per
-# arm in runs/protocol/<name>/compare/. Extra flags: make protocol SWEEP_ARGS="--dry_run" (or --only=, --max_runs=).
+# arm in runs/protocol/<name>/compare/, and every finished run's results copied to docs/results/protocol/<name>/
+# (to commit). Extra flags: make protocol SWEEP_ARGS="--dry_run" (or --only=, --max_runs=).
 PROTOCOL ?= configs/protocols/sge_coding.py
+PROTOCOL_NAME = $(basename $(notdir $(PROTOCOL)))
 .PHONY: protocol
 protocol: $(VENV)/.installed
-	$(PY) launch/sweep.py --protocol=$(PROTOCOL) --root=runs/protocol/$(basename $(notdir $(PROTOCOL))) $(SWEEP_ARGS)
+	$(PY) launch/sweep.py --protocol=$(PROTOCOL) --root=runs/protocol/$(PROTOCOL_NAME) \
+	  --record=docs/results/protocol/$(PROTOCOL_NAME) $(SWEEP_ARGS)
