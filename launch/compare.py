@@ -61,6 +61,14 @@ def load(run: str) -> tuple[str, dict, list[dict]]:
   return method, summary, metrics
 
 
+def warm_start_of(run: str):
+  """The run's warm start (its config's sft.seed) or None without an SFT warm start: runs that share one are
+  alike, so comparisons are also tested within warm starts (stats.stratified_permutation_test)."""
+  config = json.load(open(os.path.join(run, "config.json")))
+  sft = config.get("sft") or {}
+  return sft.get("seed") if sft.get("enabled") else None
+
+
 def mean_std(values, digits: int = 3) -> str:
   """mean ± sample std (0 for one value)."""
   v = np.asarray(values, float)
@@ -127,7 +135,7 @@ def per_task_arrays(entries: list[dict], ks: list[int]) -> tuple[list[str], dict
 
 
 def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, resamples: int, seed: int,
-            skip_policies: list[str]) -> dict:
+            skip_policies: list[str], warm_starts: dict[str, object] | None = None) -> dict:
   """Every number of compare.md / compare.json (see the module docstring)."""
   methods = list(by_method)
   all_summaries = [s for entries in by_method.values() for _, s in entries]
@@ -180,7 +188,14 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
         row = {"set": label, "k": k, "a": a, "b": b, "seeds_a": len(va), "seeds_b": len(vb),
                "difference": diff, "low": low, "high": high,
                "permutation_p": stats.permutation_test(va, vb, resamples=resamples, seed=seed),
-               "welch_t": t, "welch_dof": dof, "welch_p": welch_p, "paired_task_p": None, "tasks": None}
+               "welch_t": t, "welch_dof": dof, "welch_p": welch_p, "paired_task_p": None, "tasks": None,
+               "within_warm_starts_p": None, "warm_starts": None}
+        strata_a = [(warm_starts or {}).get(run) for run, _ in by_method[a]]
+        strata_b = [(warm_starts or {}).get(run) for run, _ in by_method[b]]
+        if len(set(strata_a) | set(strata_b)) > 1:  # several warm starts: permute only among runs sharing one
+          row["within_warm_starts_p"] = stats.stratified_permutation_test(va, vb, strata_a, strata_b,
+                                                                          resamples=resamples, seed=seed)
+          row["warm_starts"] = len(set(strata_a) | set(strata_b))
         if label in aligned_tasks:
           aligned = aligned_tasks[label]
           row["paired_task_p"] = stats.paired_task_test(aligned[a][k], aligned[b][k], resamples=resamples,
@@ -228,6 +243,20 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
       cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], f"{c['seeds_a']} vs {c['seeds_b']}",
                fmt_ci(c["difference"], c["low"], c["high"]), fmt_p(c["permutation_p"]), fmt(c["welch_t"], 2),
                fmt(c["welch_dof"], 1), fmt_p(c["welch_p"]), paired]
+      out.append("| " + " | ".join(cells) + " |")
+
+  within = [c for c in report["comparisons"] if c["within_warm_starts_p"] is not None]
+  if within:
+    out += ["", "## Differences within warm starts", "",
+            "The runs come from several warm starts (config sft.seed), every method from the same ones, and runs "
+            "from one warm start are alike. This permutation test relabels runs only among those sharing a warm "
+            "start, which takes the warm starts' own differences out of the comparison (the test above permutes "
+            "across them and is conservative). It is the primary test of a protocol with several warm starts.",
+            "", "| policy / tasks | pass@k | A | B | runs | warm starts | A − B | permutation p within warm starts |",
+            "|" + "---|" * 8]
+    for c in within:
+      cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], f"{c['seeds_a']} vs {c['seeds_b']}", str(c["warm_starts"]),
+               fmt(c["difference"]), fmt_p(c["within_warm_starts_p"])]
       out.append("| " + " | ".join(cells) + " |")
 
   missing = [label for label in report["sets"] if label not in report["per_task"]]
@@ -297,7 +326,7 @@ def main(argv):
     summaries.setdefault(method, []).append((run, summary))
     curves.setdefault(method, []).append((run, metrics))
   report = analyse(summaries, confidence=_CONFIDENCE.value, resamples=_RESAMPLES.value, seed=_SEED.value,
-                   skip_policies=_SKIP_POLICIES.value)
+                   skip_policies=_SKIP_POLICIES.value, warm_starts={run: warm_start_of(run) for run in runs})
   text = markdown(summaries, report, list(_KS.value), _TOP_TASKS.value)
   print(text, end="")
   if _OUTPUT.value:

@@ -152,3 +152,28 @@ def test_compare_statistics_equal_stats_module(tmp_path):
   warm = report["per_task"]["warm start / train"]["methods"]
   for k in range(1, N + 1):
     np.testing.assert_allclose(warm["sge"][str(k)], warm["grpo"][str(k)], atol=1e-12)
+
+
+def test_compare_tests_within_warm_starts(tmp_path):
+  # Two warm starts far apart (0.8 vs 0.5), sge 0.02 above grpo on each: across warm starts the difference
+  # drowns in the warm starts' gap, within them every relabelling but the observed one and its mirror is smaller.
+  runs, labels = [], []
+  for method, offset in (("sge", 0.02), ("grpo", 0.0)):
+    for ws, base in ((0, 0.8), (1, 0.5)):
+      for seed, jitter in enumerate((0.0, 0.01)):
+        path = tmp_path / f"{method}_ws{ws}_s{seed}"
+        _run_dir(path, method, base + offset + jitter, 10)
+        json.dump({"method": method, "sft": {"enabled": True, "seed": ws}}, open(path / "config.json", "w"))
+        runs.append(path)
+  out = _compare(*runs, "--ks=1,2", f"--output={tmp_path / 'cmp'}")
+  sge = [0.82, 0.83, 0.52, 0.53]
+  grpo = [0.80, 0.81, 0.50, 0.51]
+  within = stats.stratified_permutation_test(sge, grpo, [0, 0, 1, 1], [0, 0, 1, 1])
+  assert within == pytest.approx(2 / 36)  # C(4, 2)^2 = 36 relabellings; only the observed one and its mirror
+  assert stats.permutation_test(sge, grpo) > 0.5
+  assert "## Differences within warm starts" in out
+  assert f"| trained / train | pass@1 | sge | grpo | 4 vs 4 | 2 | 0.020 | {within:.3f} |" in out
+  report = json.load(open(tmp_path / "cmp" / "compare.json"))
+  assert report["comparisons"][0]["within_warm_starts_p"] == pytest.approx(within)
+  # One warm start (or none): no such section.
+  assert "within warm starts" not in _compare(*runs[:2], *runs[4:6], "--ks=1,2")

@@ -177,3 +177,29 @@ def test_permutation_power_hand_cases():
   assert 0.74 < p8 < 0.86
   with pytest.raises(ValueError, match="at least 2 runs"):
     stats.permutation_power(1.0, 1.0, 1)
+
+
+def test_stratified_permutation_test_by_hand(monkeypatch):
+  # Two warm starts, one run of each method on each: a = (1 | 10), b = (2 | 12). D_obs = 5.5 - 7 = -1.5.
+  # Within-stratum relabellings (2 x 2): swap none -1.5, swap the first -0.5, the second +0.5, both +1.5;
+  # |D| >= 1.5 for 2 of 4, p = 0.5. Across strata (C(4, 2) = 6 splits) the D's are -1.5, -9.5, 0.5, -0.5,
+  # 1.5, 9.5: p = 4/6 -- the strata's offset inflates the free test's null distribution.
+  a, b = [1.0, 10.0], [2.0, 12.0]
+  assert stats.stratified_permutation_test(a, b, ["w0", "w1"], ["w0", "w1"]) == pytest.approx(0.5)
+  assert stats.permutation_test(a, b) == pytest.approx(4 / 6)
+  # One stratum: the plain permutation test.
+  assert stats.stratified_permutation_test([1, 2, 3], [4, 5, 6], [0] * 3, [0] * 3) == pytest.approx(0.1)
+  # A stratum with one method only adds a constant: stratum x holds a=1 alone; in y, (a=2, b=3) or
+  # (a=3, b=2): D = 1.5 - 3 = -1.5 or 2 - 2 = 0, so p = 1/2.
+  assert stats.stratified_permutation_test([1, 2], [3], ["x", "y"], ["y"]) == pytest.approx(0.5)
+  # Monte Carlo (forced by a zero exact limit) agrees with the enumeration.
+  rng = np.random.default_rng(3)
+  a, b = rng.normal(0.3, 1, 8), rng.normal(0, 1, 8)
+  strata = [0, 0, 0, 0, 1, 1, 1, 1]
+  b = b + np.array(strata) * 5.0
+  a = a + np.array(strata) * 5.0
+  exact = stats.stratified_permutation_test(a, b, strata, strata)
+  monkeypatch.setattr(stats, "EXACT_LIMIT", 0)
+  assert abs(stats.stratified_permutation_test(a, b, strata, strata, resamples=40_000) - exact) < 0.01
+  with pytest.raises(ValueError, match="one stratum per value"):
+    stats.stratified_permutation_test([1, 2], [3], ["x"], ["y"])
