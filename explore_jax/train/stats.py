@@ -13,6 +13,10 @@ methods are compared on those numbers. What launch/compare.py reports for each p
             mirror). At 3 vs 3 seeds that is 2/20 = 0.1, so three seeds per method can never show
             p < 0.05; 4 vs 4 can (2/70 = 0.029), 5 vs 5 comfortably (2/252 = 0.008). "Enough seeds" starts
             at four.
+  strata    stratified_permutation_test: the same test with labels permuted only among runs that share a
+            factor, the warm start in a protocol. When runs from one warm start are alike, this removes the
+            warm starts' own spread from the comparison; it is the primary test whenever runs come from
+            several warm starts (launch/compare.py adds it then).
   effect    bootstrap_diff_ci: the difference of means with a 95% percentile-bootstrap interval, seeds
             resampled independently per method. A description of the size and spread of the effect, not
             a test: at n = 3 the percentile bootstrap is too narrow (the bootstrap variance of a mean is
