@@ -51,22 +51,17 @@ _SKIP_POLICIES = flags.DEFINE_list("skip_policies", ["warm start"],
 _LABELS = flags.DEFINE_list("labels", None, "One group name per run, in order (default: each run's config method).")
 
 
-def load(run: str) -> tuple[str, dict, list[dict]]:
+def load(run: str) -> tuple[str, dict, list[dict], object]:
+  """A finished run's method, summary.json, metrics.jsonl rows and warm start (its config's sft.seed, None
+  without an SFT warm start: runs sharing one are alike, so comparisons are also tested within warm starts)."""
   for name in ("config.json", "summary.json", "metrics.jsonl"):
     if not os.path.exists(os.path.join(run, name)):
       sys.exit(f"error: {run} has no {name} (not a finished run with pass@k?)")
-  method = json.load(open(os.path.join(run, "config.json")))["method"]
-  summary = json.load(open(os.path.join(run, "summary.json")))
-  metrics = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.strip()]
-  return method, summary, metrics
-
-
-def warm_start_of(run: str):
-  """The run's warm start (its config's sft.seed) or None without an SFT warm start: runs that share one are
-  alike, so comparisons are also tested within warm starts (stats.stratified_permutation_test)."""
   config = json.load(open(os.path.join(run, "config.json")))
   sft = config.get("sft") or {}
-  return sft.get("seed") if sft.get("enabled") else None
+  summary = json.load(open(os.path.join(run, "summary.json")))
+  metrics = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.strip()]
+  return config["method"], summary, metrics, sft.get("seed") if sft.get("enabled") else None
 
 
 def mean_std(values, digits: int = 3) -> str:
@@ -137,6 +132,7 @@ def per_task_arrays(entries: list[dict], ks: list[int]) -> tuple[list[str], dict
 def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, resamples: int, seed: int,
             skip_policies: list[str], warm_starts: dict[str, object] | None = None) -> dict:
   """Every number of compare.md / compare.json (see the module docstring)."""
+  warm_starts = warm_starts or {}
   methods = list(by_method)
   all_summaries = [s for entries in by_method.values() for _, s in entries]
   labels = labels_of(all_summaries)
@@ -190,8 +186,8 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
                "permutation_p": stats.permutation_test(va, vb, resamples=resamples, seed=seed),
                "welch_t": t, "welch_dof": dof, "welch_p": welch_p, "paired_task_p": None, "tasks": None,
                "within_warm_starts_p": None, "warm_starts": None}
-        strata_a = [(warm_starts or {}).get(run) for run, _ in by_method[a]]
-        strata_b = [(warm_starts or {}).get(run) for run, _ in by_method[b]]
+        strata_a = [warm_starts.get(run) for run, _ in by_method[a]]
+        strata_b = [warm_starts.get(run) for run, _ in by_method[b]]
         if len(set(strata_a) | set(strata_b)) > 1:  # several warm starts: permute only among runs sharing one
           row["within_warm_starts_p"] = stats.stratified_permutation_test(va, vb, strata_a, strata_b,
                                                                           resamples=resamples, seed=seed)
@@ -318,15 +314,16 @@ def main(argv):
     raise app.UsageError("give run directories")
   summaries: dict[str, list[tuple[str, dict]]] = {}
   curves: dict[str, list[tuple[str, list[dict]]]] = {}
+  warm_starts: dict[str, object] = {}
   if _LABELS.value is not None and len(_LABELS.value) != len(runs):
     raise app.UsageError(f"--labels has {len(_LABELS.value)} names for {len(runs)} runs")
   for i, run in enumerate(runs):
-    method, summary, metrics = load(run)
+    method, summary, metrics, warm_starts[run] = load(run)
     method = _LABELS.value[i] if _LABELS.value is not None else method
     summaries.setdefault(method, []).append((run, summary))
     curves.setdefault(method, []).append((run, metrics))
   report = analyse(summaries, confidence=_CONFIDENCE.value, resamples=_RESAMPLES.value, seed=_SEED.value,
-                   skip_policies=_SKIP_POLICIES.value, warm_starts={run: warm_start_of(run) for run in runs})
+                   skip_policies=_SKIP_POLICIES.value, warm_starts=warm_starts)
   text = markdown(summaries, report, list(_KS.value), _TOP_TASKS.value)
   print(text, end="")
   if _OUTPUT.value:

@@ -61,9 +61,21 @@ def _values(values: Sequence[float], name: str = "values") -> np.ndarray:
   return v
 
 
-def _tolerance(observed: float) -> float:
-  """Slack for float ties: statistics of other splits that equal the observed one up to rounding count."""
-  return 1e-9 * max(1.0, abs(observed))
+def _tolerance(observed):
+  """Slack for float ties: statistics of other splits that equal the observed one up to rounding count
+  (elementwise for an array of observed statistics)."""
+  return 1e-9 * np.maximum(1.0, np.abs(observed))
+
+
+def _combinations(n: int, k: int) -> np.ndarray:
+  """Every k-subset of range(n), one per row: [C(n, k), k] (one empty row for k = 0)."""
+  flat = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), k)), dtype=np.int64)
+  return flat.reshape(math.comb(n, k), k)
+
+
+def _random_subsets(rng: np.random.Generator, n: int, k: int, count: int) -> np.ndarray:
+  """`count` uniformly random k-subsets of range(n), one per row (the first k of a random permutation)."""
+  return rng.permuted(np.broadcast_to(np.arange(n), (count, n)), axis=1)[:, :k]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,23 +262,7 @@ def permutation_test(a: Sequence[float], b: Sequence[float], *, resamples: int |
   the splits, so it is at least 1 / C(n, n_a) (2 / C(n, n_a) for n_a = n_b, the mirror split ties).
   ">=" carries a tolerance of 1e-9 * max(1, |D_obs|) so splits equal up to float rounding count as ties.
   """
-  a, b = _values(a, "a"), _values(b, "b")
-  pooled = np.concatenate([a, b])
-  n, na, nb = pooled.size, a.size, b.size
-  total = float(pooled.sum())
-  observed = float(a.mean() - b.mean())
-  threshold = abs(observed) - _tolerance(observed)
-  if math.comb(n, na) <= EXACT_LIMIT:
-    idx = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), na)), dtype=np.int64)
-    sums_a = pooled[idx.reshape(-1, na)].sum(axis=1)
-    diffs = sums_a / na - (total - sums_a) / nb
-    return float(np.mean(np.abs(diffs) >= threshold))
-  resamples = DEFAULT_RESAMPLES if resamples is None else int(resamples)
-  rng = np.random.default_rng(seed)
-  perms = rng.permuted(np.broadcast_to(np.arange(n), (resamples, n)), axis=1)
-  sums_a = pooled[perms[:, :na]].sum(axis=1)
-  diffs = sums_a / na - (total - sums_a) / nb
-  return float((1 + np.sum(np.abs(diffs) >= threshold)) / (1 + resamples))
+  return stratified_permutation_test(a, b, [0] * np.size(a), [0] * np.size(b), resamples=resamples, seed=seed)
 
 
 def stratified_permutation_test(a: Sequence[float], b: Sequence[float], strata_a: Sequence, strata_b: Sequence,
@@ -306,17 +302,14 @@ def stratified_permutation_test(a: Sequence[float], b: Sequence[float], strata_a
     # Sum of the a-labelled values for every within-stratum choice, combined across strata by broadcasting.
     sums_a = np.zeros(1)
     for v, k in groups:
-      choice = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(v.size), k)),
-                           dtype=np.int64).reshape(-1, k) if k else np.zeros((1, 0), np.int64)
-      sums_a = (sums_a[:, None] + v[choice].sum(axis=1)[None, :]).reshape(-1)
+      sums_a = (sums_a[:, None] + v[_combinations(v.size, k)].sum(axis=1)[None, :]).reshape(-1)
     diffs = sums_a / na - (total - sums_a) / nb
     return float(np.mean(np.abs(diffs) >= threshold))
   resamples = DEFAULT_RESAMPLES if resamples is None else int(resamples)
   rng = np.random.default_rng(seed)
   sums_a = np.zeros(resamples)
   for v, k in groups:
-    perms = rng.permuted(np.broadcast_to(np.arange(v.size), (resamples, v.size)), axis=1)
-    sums_a += v[perms[:, :k]].sum(axis=1)
+    sums_a += v[_random_subsets(rng, v.size, k, resamples)].sum(axis=1)
   diffs = sums_a / na - (total - sums_a) / nb
   return float((1 + np.sum(np.abs(diffs) >= threshold)) / (1 + resamples))
 
@@ -403,18 +396,15 @@ def permutation_power(effect: float, sd: float, n_a: int, n_b: int | None = None
   rng = np.random.default_rng(seed)
   n = n_a + n_b
   if math.comb(n, n_a) <= splits:
-    idx = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), n_a)), dtype=np.int64)
-    idx = idx.reshape(-1, n_a)
-    mc = 0  # exact: the observed split is among the rows
+    idx, mc = _combinations(n, n_a), 0  # exact: the observed split is among the rows
   else:
-    idx = rng.permuted(np.broadcast_to(np.arange(n), (splits, n)), axis=1)[:, :n_a]
-    mc = 1  # Monte Carlo: count the observed split as in permutation_test
+    idx, mc = _random_subsets(rng, n, n_a, splits), 1  # Monte Carlo: count the observed split as permutation_test does
   a = rng.normal(effect, sd, size=(simulations, n_a))
   b = rng.normal(0.0, sd, size=(simulations, n_b))
   pooled = np.concatenate([a, b], axis=1)
   total = pooled.sum(axis=1, keepdims=True)
   observed = a.mean(axis=1) - b.mean(axis=1)
-  threshold = np.abs(observed) - 1e-9 * np.maximum(1.0, np.abs(observed))
+  threshold = np.abs(observed) - _tolerance(observed)
   rejected = 0
   for start in range(0, simulations, 256):  # chunks keep sims x splits small
     sl = slice(start, start + 256)
