@@ -35,8 +35,9 @@ bench: $(VENV)/.installed-dev
 clean:
 	rm -rf $(VENV) runs .pytest_cache
 
-# A protocol (configs/protocols/*.py): every arm x warm start x seed, one run at a time, resumable; compared per
-# arm in runs/protocol/<name>/compare/, and every finished run's results copied to docs/results/protocol/<name>/
+# A protocol (configs/protocols/*.py): every arm x warm start x seed on this machine, one run at a time,
+# resumable (also from the recorded results of a fresh clone); every machine's runs compared per arm in
+# runs/protocol/<name>/compare/, and this machine's finished runs copied to docs/results/protocol/<name>/<machine>/
 # (to commit). Extra flags: make protocol SWEEP_ARGS="--dry_run" (or --only=, --max_runs=).
 PROTOCOL ?= configs/protocols/sge_coding.py
 PROTOCOL_NAME = $(basename $(notdir $(PROTOCOL)))

@@ -35,40 +35,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import platform
 import statistics
 import sys
 import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from explore_jax.train import provenance  # noqa: E402
+
 ENV_VARS = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64", "JAX_DEFAULT_MATMUL_PRECISION", "ONEDNN_MAX_CPU_ISA",
             "DNNL_MAX_CPU_ISA", "OMP_NUM_THREADS", "PYTHONHASHSEED", "TF_CPP_MIN_LOG_LEVEL")
-ISA_FLAGS = ("sse4_2", "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16")
-
-
-def cpu_info() -> dict[str, str]:
-  out = {"model": platform.processor() or platform.machine(), "vendor": "?", "isa": "?", "cache": "?"}
-  try:
-    with open("/proc/cpuinfo") as f:
-      text = f.read()
-  except OSError:
-    return out
-  first = text.split("\n\n")[0]
-  fields = {}
-  for line in first.splitlines():
-    if ":" in line:
-      k, v = line.split(":", 1)
-      fields[k.strip()] = v.strip()
-  flags = set(fields.get("flags", "").split())
-  out["model"] = fields.get("model name", out["model"])
-  out["vendor"] = fields.get("vendor_id", "?")
-  out["isa"] = ",".join(f for f in ISA_FLAGS if f in flags)
-  out["cache"] = fields.get("cache size", "?")
-  return out
-
-
 def digest(*arrays) -> str:
   h = hashlib.sha256()
   for a in arrays:
@@ -110,7 +87,6 @@ def fixed_batch(vocab: int, batch: int, prompt_len: int, response_len: int, seed
 def demos_digest() -> tuple[str, str, int]:
   """The coding warm start's oracle demonstrations (configs/coding.py, method sge) and their token arrays."""
   import json
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository's configs/
   from configs import coding
   from explore_jax import hf
   from explore_jax.methods import make_method
@@ -186,11 +162,10 @@ def main() -> None:
   print(f"determinism {line} steps={args.steps} loss0={float(loss0)!r} loss_last={losses[-1]!r}"
         + (f" label={args.label}" if args.label else ""))
 
-  cpu = cpu_info()
-  affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  cpu = provenance.machine()
   threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
-  print(f"machine: {cpu['model']} | vendor={cpu['vendor']} | isa={cpu['isa']} | cache={cpu['cache']} | "
-        f"visible_cores={affinity} of cpu_count={os.cpu_count()} | process_threads={threads}")
+  print(f"machine: {cpu['cpu']} | vendor={cpu['vendor']} | isa={cpu['isa']} | tag={provenance.machine_tag(cpu)} | "
+        f"visible_cores={cpu['visible_cores']} of cpu_count={os.cpu_count()} | process_threads={threads}")
   env = {k: os.environ[k] for k in ENV_VARS if k in os.environ}
   print(f"settings: {env or 'no XLA/JAX/oneDNN/OMP variables set'} | jax {jax.__version__} "
         f"jaxlib {jax.lib.__version__} numpy {np.__version__} python {sys.version.split()[0]} | "

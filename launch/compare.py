@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from explore_jax.train import stats  # noqa: E402
+from explore_jax.train import provenance, stats  # noqa: E402
 from explore_jax.train.evaluation import pass_at_k  # noqa: E402
 
 _OUTPUT = flags.DEFINE_string("output", None,
@@ -51,9 +51,14 @@ _SKIP_POLICIES = flags.DEFINE_list("skip_policies", ["warm start"],
 _LABELS = flags.DEFINE_list("labels", None, "One group name per run, in order (default: each run's config method).")
 
 
-def load(run: str) -> tuple[str, dict, list[dict], object]:
-  """A finished run's method, summary.json, metrics.jsonl rows and warm start (its config's sft.seed, None
-  without an SFT warm start: runs sharing one are alike, so comparisons are also tested within warm starts)."""
+def load(run: str) -> tuple[str, dict, list[dict], str | None, str]:
+  """A finished run's method, summary.json, metrics.jsonl rows, warm start and machine.
+
+  The warm start names the policy RL started from: the digest of its exact bits where the run has
+  provenance.json (two runs share a warm start only if their starting parameters are bit-identical, which
+  another machine breaks), else its config's sft.seed (runs recorded before provenance.json), None without
+  an SFT warm start. The machine is provenance.json's tag(s), "?" without one.
+  """
   for name in ("config.json", "summary.json", "metrics.jsonl"):
     if not os.path.exists(os.path.join(run, name)):
       sys.exit(f"error: {run} has no {name} (not a finished run with pass@k?)")
@@ -61,7 +66,13 @@ def load(run: str) -> tuple[str, dict, list[dict], object]:
   sft = config.get("sft") or {}
   summary = json.load(open(os.path.join(run, "summary.json")))
   metrics = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.strip()]
-  return config["method"], summary, metrics, sft.get("seed") if sft.get("enabled") else None
+  origin = provenance.load(run) or {}
+  if origin.get("start_digest"):
+    warm_start = f"start {origin['start_digest']}"
+  else:
+    warm_start = f"sft.seed={sft.get('seed')}" if sft.get("enabled") else None
+  machine = "+".join(dict.fromkeys(m["tag"] for m in origin.get("machines", []))) or "?"
+  return config["method"], summary, metrics, warm_start, machine
 
 
 def mean_std(values, digits: int = 3) -> str:
@@ -130,9 +141,11 @@ def per_task_arrays(entries: list[dict], ks: list[int]) -> tuple[list[str], dict
 
 
 def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, resamples: int, seed: int,
-            skip_policies: list[str], warm_starts: dict[str, object] | None = None) -> dict:
-  """Every number of compare.md / compare.json (see the module docstring)."""
-  warm_starts = warm_starts or {}
+            skip_policies: list[str], warm_starts: dict[str, object] | None = None,
+            machines: dict[str, str] | None = None) -> dict:
+  """Every number of compare.md / compare.json (see the module docstring). `warm_starts` and `machines`
+  map a run to its warm start and machine (load())."""
+  warm_starts, machines = warm_starts or {}, machines or {}
   methods = list(by_method)
   all_summaries = [s for entries in by_method.values() for _, s in entries]
   labels = labels_of(all_summaries)
@@ -141,7 +154,8 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
     sys.exit("error: the runs share no pass@k")
   k_max = ks[-1]
   report = {"confidence": confidence, "resamples": resamples, "seed": seed, "ks": ks, "k_max": k_max,
-            "skip_policies": list(skip_policies), "sets": labels, "methods": {}, "comparisons": [], "per_task": {}}
+            "skip_policies": list(skip_policies), "sets": labels, "methods": {}, "comparisons": [], "per_task": {},
+            "warm_starts": composition(by_method, warm_starts, machines)}
   values: dict[tuple[str, str, int], list[float]] = {}
   tasks: dict[tuple[str, str], tuple[list[str], dict[int, np.ndarray]] | None] = {}
   aligned_tasks: dict[str, dict[str, dict[int, np.ndarray]]] = {}  # label -> method -> k -> [common tasks, seeds]
@@ -185,13 +199,9 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
                "difference": diff, "low": low, "high": high,
                "permutation_p": stats.permutation_test(va, vb, resamples=resamples, seed=seed),
                "welch_t": t, "welch_dof": dof, "welch_p": welch_p, "paired_task_p": None, "tasks": None,
-               "within_warm_starts_p": None, "warm_starts": None}
-        strata_a = [warm_starts.get(run) for run, _ in by_method[a]]
-        strata_b = [warm_starts.get(run) for run, _ in by_method[b]]
-        if len(set(strata_a) | set(strata_b)) > 1:  # several warm starts: permute only among runs sharing one
-          row["within_warm_starts_p"] = stats.stratified_permutation_test(va, vb, strata_a, strata_b,
-                                                                          resamples=resamples, seed=seed)
-          row["warm_starts"] = len(set(strata_a) | set(strata_b))
+               "within_warm_starts_p": None, "warm_starts": None, "matched_runs": None, "matched_difference": None}
+        row.update(within_warm_starts(va, vb, [warm_starts.get(run) for run, _ in by_method[a]],
+                                      [warm_starts.get(run) for run, _ in by_method[b]], resamples, seed))
         if label in aligned_tasks:
           aligned = aligned_tasks[label]
           row["paired_task_p"] = stats.paired_task_test(aligned[a][k], aligned[b][k], resamples=resamples,
@@ -199,6 +209,39 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
           row["tasks"] = int(aligned[a][k].shape[0])
         report["comparisons"].append(row)
   return report
+
+
+def composition(by_method: dict[str, list[tuple[str, dict]]], warm_starts: dict[str, object],
+                machines: dict[str, str]) -> list[dict]:
+  """Per warm start: the machines its runs ran on and each method's run count (who can be compared)."""
+  rows: dict[object, dict] = {}
+  for method, entries in by_method.items():
+    for run, _ in entries:
+      row = rows.setdefault(warm_starts.get(run), {"warm_start": warm_starts.get(run), "machines": [], "runs": {}})
+      if machines.get(run, "?") not in row["machines"]:
+        row["machines"].append(machines.get(run, "?"))
+      row["runs"][method] = row["runs"].get(method, 0) + 1
+  return list(rows.values())
+
+
+def within_warm_starts(va: list[float], vb: list[float], strata_a: list, strata_b: list, resamples: int,
+                       seed: int) -> dict:
+  """The comparison of A and B within warm starts, on the runs whose warm start both methods have.
+
+  A warm start only one of them ran from (another machine's, say) says nothing about the difference and
+  is left out, so the difference and the test are those of a matched design. Empty when the shared runs
+  come from a single warm start (the plain permutation test is then the same test).
+  """
+  shared = set(strata_a) & set(strata_b)
+  if len(set(strata_a) | set(strata_b)) < 2 or not shared:
+    return {}
+  ia = [i for i, s in enumerate(strata_a) if s in shared]
+  ib = [i for i, s in enumerate(strata_b) if s in shared]
+  a, b = [va[i] for i in ia], [vb[i] for i in ib]
+  return {"within_warm_starts_p": stats.stratified_permutation_test(
+              a, b, [strata_a[i] for i in ia], [strata_b[i] for i in ib], resamples=resamples, seed=seed),
+          "warm_starts": len(shared), "matched_runs": [len(a), len(b)],
+          "matched_difference": float(np.mean(a) - np.mean(b))}
 
 
 def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_table: list[str],
@@ -241,18 +284,29 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
                fmt(c["welch_dof"], 1), fmt_p(c["welch_p"]), paired]
       out.append("| " + " | ".join(cells) + " |")
 
+  if len(report["warm_starts"]) > 1:
+    out += ["", "## Warm starts", "",
+            "The policies RL started from: a digest of the starting parameters' exact bits (provenance.json), "
+            "or the config's sft.seed for runs recorded without one. The same sft.seed on another machine is "
+            "another warm start (docs/determinism.md).", "",
+            "| warm start | machine | " + " | ".join(methods) + " |", "|" + "---|" * (2 + len(methods))]
+    for w in report["warm_starts"]:
+      out.append(f"| {w['warm_start']} | {', '.join(w['machines'])} | "
+                 + " | ".join(str(w["runs"].get(m, 0)) for m in methods) + " |")
+
   within = [c for c in report["comparisons"] if c["within_warm_starts_p"] is not None]
   if within:
     out += ["", "## Differences within warm starts", "",
-            "The runs come from several warm starts (config sft.seed), every method from the same ones, and runs "
-            "from one warm start are alike. This permutation test relabels runs only among those sharing a warm "
-            "start, which takes the warm starts' own differences out of the comparison (the test above permutes "
-            "across them and is conservative). It is the primary test of a protocol with several warm starts.",
-            "", "| policy / tasks | pass@k | A | B | runs | warm starts | A − B | permutation p within warm starts |",
-            "|" + "---|" * 8]
+            "The runs come from several warm starts, and runs from one warm start are alike. This permutation "
+            "test relabels runs only among those sharing a warm start, which takes the warm starts' own "
+            "differences out of the comparison (the test above permutes across them and is conservative). It "
+            "uses only the warm starts both methods ran from (matched runs, their difference of means). It is "
+            "the primary test of a protocol with several warm starts.",
+            "", "| policy / tasks | pass@k | A | B | matched runs | warm starts | A − B (matched) "
+            "| permutation p within warm starts |", "|" + "---|" * 8]
     for c in within:
-      cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], f"{c['seeds_a']} vs {c['seeds_b']}", str(c["warm_starts"]),
-               fmt(c["difference"]), fmt_p(c["within_warm_starts_p"])]
+      cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], " vs ".join(map(str, c["matched_runs"])),
+               str(c["warm_starts"]), fmt(c["matched_difference"]), fmt_p(c["within_warm_starts_p"])]
       out.append("| " + " | ".join(cells) + " |")
 
   missing = [label for label in report["sets"] if label not in report["per_task"]]
@@ -315,15 +369,16 @@ def main(argv):
   summaries: dict[str, list[tuple[str, dict]]] = {}
   curves: dict[str, list[tuple[str, list[dict]]]] = {}
   warm_starts: dict[str, object] = {}
+  machines: dict[str, str] = {}
   if _LABELS.value is not None and len(_LABELS.value) != len(runs):
     raise app.UsageError(f"--labels has {len(_LABELS.value)} names for {len(runs)} runs")
   for i, run in enumerate(runs):
-    method, summary, metrics, warm_starts[run] = load(run)
+    method, summary, metrics, warm_starts[run], machines[run] = load(run)
     method = _LABELS.value[i] if _LABELS.value is not None else method
     summaries.setdefault(method, []).append((run, summary))
     curves.setdefault(method, []).append((run, metrics))
   report = analyse(summaries, confidence=_CONFIDENCE.value, resamples=_RESAMPLES.value, seed=_SEED.value,
-                   skip_policies=_SKIP_POLICIES.value, warm_starts=warm_starts)
+                   skip_policies=_SKIP_POLICIES.value, warm_starts=warm_starts, machines=machines)
   text = markdown(summaries, report, list(_KS.value), _TOP_TASKS.value)
   print(text, end="")
   if _OUTPUT.value:

@@ -13,17 +13,24 @@ A protocol file defines `get_protocol()` returning a dict (or ConfigDict):
   warm_starts  warm-start seeds (list or count): --config.sft.seed=W; runs with the same W share the cached warm start
   overrides    ["--config.a.b=v", ...] common to every arm (iterations, tasks)
 
-Run (arm, W, S) lives in root/<arm>/ws<W>_seed<S> and is launch/train.py with --workdir and the overrides, run
-from the repository root. Runs go in an order that interleaves arms (seed 0 of every arm and warm start before
+Run (arm, W, S) lives in root/<machine>/<arm>/ws<W>_seed<S> and is launch/train.py with --workdir and the
+overrides, run from the repository root. <machine> is this machine's numerical environment
+(explore_jax/train/provenance.py machine_tag: CPU, cores, versions): another machine computes another warm
+start from the same sft.seed and another run from the same seeds (docs/determinism.md), so its runs are its
+own. They are compared with everyone's, within warm starts (launch/compare.py), and never stand in for this
+machine's. Runs go in an order that interleaves arms (seed 0 of every arm and warm start before
 seed 1, ...), so a partial sweep is balanced. A run is complete when its workdir has summary.json; any other
 run is launched (again): train.py resumes an interrupted run from its last checkpoint, so a killed sweep
 started again with the same command continues where it stopped. A failed run (non-zero exit) is reported with
 the tail of its stderr and the sweep goes on; the exit status is non-zero if any run failed. After every
 completed run and at the end, launch/compare.py compares all complete runs, grouped by arm, into root/compare/.
 
-With --record=DIR the small files of every complete run (RECORDED_FILES: its config, metrics per iteration and
-pass@k summary) are copied to DIR/<arm>/ws<W>_seed<S>/ and the comparison to DIR/compare/ after every run, so a
-long sweep's results can be committed as they come in (root itself holds checkpoints and stays out of git).
+With --record=DIR the small files of every complete run (RECORDED_FILES: its config, metrics per iteration,
+pass@k summary and provenance) are copied to DIR/<machine>/<arm>/ws<W>_seed<S>/ and the comparison to
+DIR/compare/ after every run, so a long sweep's results can be committed as they come in (root itself holds
+checkpoints and stays out of git). DIR is also read: a run recorded there under this machine's name counts as
+complete (a fresh clone goes on where the recorded sweep stopped), and every machine's recorded runs enter
+the comparison.
 """
 
 import collections
@@ -42,21 +49,26 @@ import time
 from absl import app, flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from explore_jax.train import provenance  # noqa: E402
 
 _PROTOCOL = flags.DEFINE_string("protocol", None, "Protocol file defining get_protocol().")
-_ROOT = flags.DEFINE_string("root", None, "Sweep directory: root/<arm>/ws<W>_seed<S>, root/compare/.")
+_ROOT = flags.DEFINE_string("root", None, "Sweep directory: root/<machine>/<arm>/ws<W>_seed<S>, root/compare/.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the plan and each run's state; launch nothing.")
 _ONLY = flags.DEFINE_list("only", None, "Run only these arms (comparisons still cover every arm's complete runs).")
 _MAX_RUNS = flags.DEFINE_integer("max_runs", None, "Stop after this many launches.")
 _RECORD = flags.DEFINE_string("record", None, "Copy every complete run's small result files and the comparison "
-                              "here (a directory to commit), after every run.")
+                              "here (a directory to commit), after every run; runs recorded here count as done.")
+_MACHINE = flags.DEFINE_string("machine", None, "Name of this machine's numerical environment (default: "
+                               "provenance.machine_tag()). Give two machines one name only if their warm starts "
+                               "are bit-identical (benchmarks/determinism.py).")
 # Hidden in spirit: tests substitute a fake trainer / comparison. Paths relative to the repository root.
 _TRAIN_SCRIPT = flags.DEFINE_string("train_script", "launch/train.py", "The trainer each run executes (tests).")
 _COMPARE_SCRIPT = flags.DEFINE_string("compare_script", "launch/compare.py", "The comparison script (tests).")
 flags.mark_flags_as_required(["protocol", "root"])
 
 RESERVED = ("--config.seed=", "--config.sft.seed=", "--workdir=", "--config=")
-RECORDED_FILES = ("config.json", "metrics.jsonl", "summary.json", "summary.md")
+RECORDED_FILES = ("config.json", "metrics.jsonl", "summary.json", "summary.md", "provenance.json")
 STDERR_TAIL_LINES = 20
 
 
@@ -65,6 +77,7 @@ class ProtocolError(ValueError):
 
 
 Run = collections.namedtuple("Run", "arm warm_start seed workdir command")
+Finished = collections.namedtuple("Finished", "arm machine workdir")
 
 
 def _resolve(path: str) -> str:
@@ -129,17 +142,33 @@ def load_protocol(path: str) -> dict:
           "overrides": overrides(protocol.get("overrides"), "common overrides")}
 
 
-def plan(protocol: dict, root: str, train_script: str = "launch/train.py") -> list[Run]:
-  """Every run in launch order: seed-major, then warm start, then arm, so arms stay balanced."""
+def plan(protocol: dict, root: str, machine: str, train_script: str = "launch/train.py") -> list[Run]:
+  """This machine's runs in launch order: seed-major, then warm start, then arm, so arms stay balanced."""
   runs = []
   for seed in protocol["seeds"]:
     for ws in protocol["warm_starts"]:
       for arm in protocol["arms"]:
-        workdir = os.path.join(root, arm["name"], f"ws{ws}_seed{seed}")
+        workdir = os.path.join(root, machine, arm["name"], f"ws{ws}_seed{seed}")
         command = [sys.executable, train_script, f"--config={arm['config']}", f"--workdir={_from_repo(workdir)}",
                    f"--config.seed={seed}", f"--config.sft.seed={ws}", *protocol["overrides"], *arm["overrides"]]
         runs.append(Run(arm["name"], ws, seed, workdir, command))
   return runs
+
+
+def finished(protocol: dict, directories: list[str]) -> list[Finished]:
+  """Every machine's complete runs of the protocol under the given sweep or record directories, in protocol
+  order (arm, machine, seed, warm start); a run found under several directories counts once (the first)."""
+  arms = [a["name"] for a in protocol["arms"]]
+  found: dict[tuple, Finished] = {}
+  for directory in directories:
+    for machine in sorted(_listdir(directory)):
+      for seed in protocol["seeds"]:
+        for ws in protocol["warm_starts"]:
+          for arm in arms:
+            workdir = os.path.join(directory, machine, arm, f"ws{ws}_seed{seed}")
+            if (machine, arm, ws, seed) not in found and is_complete(workdir):
+              found[machine, arm, ws, seed] = Finished(arm, machine, workdir)
+  return [found[key] for key in sorted(found, key=lambda k: (arms.index(k[1]), k[0], k[3], k[2]))]
 
 
 def _from_repo(path: str) -> str:
@@ -219,36 +248,48 @@ def launch(run: Run) -> tuple[int, list[str]]:
   return code, "\n".join(line for line in lines if line.strip())[-4000:].splitlines()[-STDERR_TAIL_LINES:]
 
 
-def compare(protocol: dict, root: str, compare_script: str) -> tuple[bool, str]:
-  """launch/compare.py over every complete run, labelled by arm, into root/compare/."""
-  runs = [r for r in plan(protocol, root) if is_complete(r.workdir)]
+def compare(protocol: dict, directories: list[str], output: str, compare_script: str) -> tuple[bool, str]:
+  """launch/compare.py over every machine's complete runs (finished()), labelled by arm, into output/."""
+  runs = finished(protocol, directories)
   if not runs:
     return True, "[sweep] no complete runs to compare yet"
-  runs.sort(key=lambda r: [a["name"] for a in protocol["arms"]].index(r.arm))  # arms in protocol order
   command = [sys.executable, compare_script, *[r.workdir for r in runs], f"--labels={','.join(r.arm for r in runs)}",
-             f"--output={os.path.join(root, 'compare')}"]
+             f"--output={output}"]
   out = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
   if out.returncode != 0:
     return False, f"[sweep] compare failed ({shlex.join(command)}):\n{out.stderr.strip()[-3000:]}"
-  counts = collections.Counter(r.arm for r in runs)
+  counts = collections.Counter((r.arm, r.machine) for r in runs)
   return True, (out.stdout.rstrip() + "\n[sweep] compared the complete runs (" +
-                ", ".join(f"{arm}: {n}" for arm, n in counts.items()) + f") -> {os.path.join(root, 'compare')}")
+                ", ".join(f"{arm} on {machine}: {n}" for (arm, machine), n in counts.items()) + f") -> {output}")
+
+
+def _copy_run(source: str, target: str) -> None:
+  os.makedirs(target, exist_ok=True)
+  for name in RECORDED_FILES:
+    if os.path.isfile(os.path.join(source, name)):
+      shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
 
 
 def record(protocol: dict, root: str, destination: str) -> int:
-  """Copies RECORDED_FILES of every complete run, and root/compare/, under `destination`; returns the run count."""
-  count = 0
-  for r in plan(protocol, root):
-    if not is_complete(r.workdir):
-      continue
-    target = os.path.join(destination, os.path.relpath(r.workdir, root))
-    os.makedirs(target, exist_ok=True)
-    for name in RECORDED_FILES:
-      if os.path.isfile(os.path.join(r.workdir, name)):
-        shutil.copyfile(os.path.join(r.workdir, name), os.path.join(target, name))
-    count += 1
+  """Copies RECORDED_FILES of every complete run under root (any machine) to destination/<machine>/..., and
+  root/compare/ to destination/compare/; returns the number of runs recorded."""
+  runs = finished(protocol, [root])
+  for r in runs:
+    _copy_run(r.workdir, os.path.join(destination, os.path.relpath(r.workdir, root)))
   if os.path.isdir(os.path.join(root, "compare")):
     shutil.copytree(os.path.join(root, "compare"), os.path.join(destination, "compare"), dirs_exist_ok=True)
+  return len(runs)
+
+
+def restore(runs: list[Run], root: str, destination: str) -> int:
+  """Copies this machine's runs recorded in destination, but not complete under root, back under root (a
+  fresh clone has no root), so they count as complete; returns how many."""
+  count = 0
+  for r in runs:
+    recorded = os.path.join(destination, os.path.relpath(r.workdir, root))
+    if not is_complete(r.workdir) and is_complete(recorded):
+      _copy_run(recorded, r.workdir)
+      count += 1
   return count
 
 
@@ -266,13 +307,21 @@ def main(argv):
     unknown = [n for n in only if n not in names]
     if unknown:
       sys.exit(f"error: --only names unknown arm {unknown[0]!r}; arms: {', '.join(names)}")
-  runs = [r for r in plan(protocol, root, _TRAIN_SCRIPT.value) if not only or r.arm in only]
-  states = {r.workdir: state(r.workdir) for r in runs}
+  if _MACHINE.value is not None and (not _MACHINE.value or os.sep in _MACHINE.value or _MACHINE.value == "compare"):
+    sys.exit(f"error: --machine={_MACHINE.value!r} is not a directory name")
+  machine = _MACHINE.value or provenance.machine_tag()
+  record_dir = os.path.abspath(_RECORD.value) if _RECORD.value else None
+  runs = [r for r in plan(protocol, root, machine, _TRAIN_SCRIPT.value) if not only or r.arm in only]
+
+  def recorded(r: Run) -> bool:
+    return bool(record_dir) and is_complete(os.path.join(record_dir, os.path.relpath(r.workdir, root)))
+
+  states = {r.workdir: "complete" if not is_complete(r.workdir) and recorded(r) else state(r.workdir) for r in runs}
   todo = [r for r in runs if states[r.workdir] != "complete"]
   counts = collections.Counter(s.split(" ")[0] for s in states.values())
   print(f"[sweep] {_PROTOCOL.value}: {len(runs)} runs ({len(protocol['arms']) if not only else len(only)} arms x "
-        f"{len(protocol['warm_starts'])} warm starts x {len(protocol['seeds'])} seeds) in {root}; "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
+        f"{len(protocol['warm_starts'])} warm starts x {len(protocol['seeds'])} seeds) on machine {machine} in "
+        f"{root}; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
 
   if _DRY_RUN.value:
     print(f"[sweep] commands run from {REPO}:")
@@ -288,6 +337,12 @@ def main(argv):
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:
     sys.exit(f"error: another sweep is running in {root}")
+  if record_dir:
+    restored = restore(runs, root, record_dir)
+    if restored:
+      print(f"[sweep] {restored} runs of this machine recorded in {record_dir} count as complete", flush=True)
+  sources = [root] + ([record_dir] if record_dir else [])  # whose complete runs are compared
+  output = os.path.join(root, "compare")
 
   failed, launched, table = [], 0, None
   for r in todo:
@@ -307,17 +362,17 @@ def main(argv):
             flush=True)
       continue
     print(f"[sweep] done in {time.time() - start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}", flush=True)
-    table = compare(protocol, root, _COMPARE_SCRIPT.value)
+    table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
     print(table[1] if not table[0] else table[1].splitlines()[-1], flush=True)
-    if _RECORD.value:
-      print(f"[sweep] recorded {record(protocol, root, _RECORD.value)} complete runs in {_RECORD.value}", flush=True)
+    if record_dir:
+      print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)
 
   if table is None:  # nothing compared since the last run completed (or none did): compare now
-    table = compare(protocol, root, _COMPARE_SCRIPT.value)
+    table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
   compared, text = table
   print(text, flush=True)
-  if _RECORD.value:
-    print(f"[sweep] recorded {record(protocol, root, _RECORD.value)} complete runs in {_RECORD.value}", flush=True)
+  if record_dir:
+    print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)
   remaining = [r for r in runs if not is_complete(r.workdir)]
   print(f"[sweep] launched {launched}, failed {len(failed)}, {len(runs) - len(remaining)} of {len(runs)} complete"
         + (f"; {len(remaining)} to go: run the same command again" if remaining else ""), flush=True)

@@ -4,9 +4,9 @@ over the same warm starts and RL seeds, one run at a time, reported by launch/co
   python launch/sweep.py --protocol=configs/protocols/sge_coding.py --root=runs/protocol/sge_coding
   make protocol PROTOCOL=configs/protocols/sge_coding.py          # the same
 
-A run is (arm, warm start W, seed S) in root/<arm>/ws<W>_seed<S>: the arm's config and overrides, the common
-overrides below, --config.sft.seed=W (runs with the same W share one cached SFT warm start) and
---config.seed=S. The ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
+A run is (arm, warm start W, seed S) in root/<machine>/<arm>/ws<W>_seed<S>: the arm's config and overrides,
+the common overrides below, --config.sft.seed=W (runs with the same W on one machine share one cached SFT
+warm start; another machine computes another one, docs/determinism.md) and --config.seed=S. The ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
 """
 
 # How many RL seeds and warm starts every arm gets: runs per arm = SEEDS x WARM_STARTS = 8. docs/results.md

@@ -31,6 +31,7 @@ import numpy as np
 from explore_jax.actors.pool import ActorPool
 from explore_jax.train import evaluator as evaluator_lib
 from explore_jax.train import metrics as metrics_lib
+from explore_jax.train import provenance
 from explore_jax.train import rollout
 from explore_jax.train.builder import Parts, build
 
@@ -43,6 +44,8 @@ def train(config: Any, workdir: str) -> list[dict[str, Any]]:
 def run(parts: Parts) -> list[dict[str, Any]]:
   c, learner, evaluator = parts.config, parts.learner, parts.evaluator
   start = restore_or_init(parts)
+  # The machine, and at iteration 0 the bits of the starting policy: which runs share a warm start.
+  provenance.record(parts.workdir, start, learner.state.params if start == 0 else None)
   writer = metrics_lib.MetricsWriter(parts.workdir, resume_from=start if start > 0 else None)
   passk = c.eval.get("passk_samples", 0) > 0
   from tqdm import tqdm

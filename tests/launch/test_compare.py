@@ -177,3 +177,43 @@ def test_compare_tests_within_warm_starts(tmp_path):
   assert report["comparisons"][0]["within_warm_starts_p"] == pytest.approx(within)
   # One warm start (or none): no such section.
   assert "within warm starts" not in _compare(*runs[:2], *runs[4:6], "--ks=1,2")
+
+
+def test_within_warm_starts_uses_only_the_warm_starts_both_methods_share(tmp_path):
+  # Machine 1 ran sge and grpo (runs without provenance.json: their warm start is the config's sft.seed);
+  # machine 2 ran sge and an ablation from its own warm starts (provenance.json's start digests d0, d1).
+  # Each pair may only be compared on the warm starts both of its methods ran from.
+  runs = []
+
+  def run(name, method, value, sft_seed, digest=None):
+    path = tmp_path / name
+    _run_dir(path, method, value, 10)
+    json.dump({"method": method, "sft": {"enabled": True, "seed": sft_seed}}, open(path / "config.json", "w"))
+    if digest:
+      json.dump({"start_digest": digest, "machines": [{"tag": "m2", "iteration": 0}]},
+                open(path / "provenance.json", "w"))
+    runs.append(path)
+
+  values = {("sge", "m1"): [0.82, 0.83, 0.52, 0.53], ("grpo", "m1"): [0.80, 0.81, 0.50, 0.51],
+            ("sge", "m2"): [0.30, 0.32, 0.60, 0.61], ("abl", "m2"): [0.25, 0.26, 0.55, 0.57]}
+  for (method, machine), vs in values.items():
+    for i, v in enumerate(vs):
+      ws = i // 2
+      run(f"{method}_{machine}_{i}", method, v, ws, digest=f"d{ws}" if machine == "m2" else None)
+  out = _compare(*runs, "--ks=1,2", f"--output={tmp_path / 'cmp'}")
+
+  assert "| warm start | machine | sge | grpo | abl |" in out
+  assert "| sft.seed=0 | ? | 2 | 2 | 0 |" in out and "| start d1 | m2 | 2 | 0 | 2 |" in out
+  within = {(c["a"], c["b"]): c for c in json.load(open(tmp_path / "cmp" / "compare.json"))["comparisons"]
+            if c["k"] == 1}
+  sge_grpo = within["sge", "grpo"]
+  assert sge_grpo["matched_runs"] == [4, 4] and sge_grpo["matched_difference"] == pytest.approx(0.02)
+  assert sge_grpo["within_warm_starts_p"] == pytest.approx(2 / 36)
+  sge_abl = within["sge", "abl"]
+  assert sge_abl["matched_runs"] == [4, 4] and sge_abl["matched_difference"] == pytest.approx(0.05)
+  assert sge_abl["within_warm_starts_p"] == pytest.approx(stats.stratified_permutation_test(
+      values["sge", "m2"], values["abl", "m2"], [0, 0, 1, 1], [0, 0, 1, 1]))
+  # Over all 8 sge runs the plain difference mixes machines: 0.566 - 0.408.
+  assert sge_abl["difference"] == pytest.approx(np.mean(values["sge", "m1"] + values["sge", "m2"]) - 0.4075)
+  assert within["grpo", "abl"]["within_warm_starts_p"] is None  # no warm start in common
+  assert "| trained / train | pass@1 | sge | abl | 4 vs 4 | 2 | 0.050 |" in out

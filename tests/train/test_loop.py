@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from explore_jax.train import provenance
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMING = ("time_", "tokens_per_s", "update/grad_norm")  # wall-clock figures differ between runs
 
@@ -68,3 +70,7 @@ def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
   assert resumed.returncode == 0, err[-3000:]
   assert "[resume] from iteration" in out
   assert [comparable(r) for r in rows(tmp_path / "run")] == [comparable(r) for r in reference]
+  # provenance.json: both runs started from the same bits, the resumed one on the same machine (one entry).
+  ref_origin, run_origin = provenance.load(tmp_path / "ref"), provenance.load(tmp_path / "run")
+  assert ref_origin["start_digest"] == run_origin["start_digest"] and len(ref_origin["start_digest"]) == 12
+  assert [m["tag"] for m in run_origin["machines"]] == [provenance.machine_tag()]
