@@ -38,6 +38,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -70,6 +71,7 @@ flags.mark_flags_as_required(["protocol", "root"])
 RESERVED = ("--config.seed=", "--config.sft.seed=", "--workdir=", "--config=")
 RECORDED_FILES = ("config.json", "metrics.jsonl", "summary.json", "summary.md", "provenance.json")
 STDERR_TAIL_LINES = 20
+RUN_NAME = re.compile(r"ws(\d+)_seed(\d+)")  # a run's directory name: warm start, RL seed
 
 
 class ProtocolError(ValueError):
@@ -156,18 +158,20 @@ def plan(protocol: dict, root: str, machine: str, train_script: str = "launch/tr
 
 
 def finished(protocol: dict, directories: list[str]) -> list[Finished]:
-  """Every machine's complete runs of the protocol under the given sweep or record directories, in protocol
-  order (arm, machine, seed, warm start); a run found under several directories counts once (the first)."""
+  """Every machine's complete runs of the protocol's arms under the given sweep or record directories, in
+  protocol order (arm, machine, seed, warm start). Runs of warm starts or seeds the protocol no longer
+  plans (an earlier design of it) count too. A run found under several directories counts once (the first)."""
   arms = [a["name"] for a in protocol["arms"]]
   found: dict[tuple, Finished] = {}
   for directory in directories:
     for machine in sorted(_listdir(directory)):
-      for seed in protocol["seeds"]:
-        for ws in protocol["warm_starts"]:
-          for arm in arms:
-            workdir = os.path.join(directory, machine, arm, f"ws{ws}_seed{seed}")
-            if (machine, arm, ws, seed) not in found and is_complete(workdir):
-              found[machine, arm, ws, seed] = Finished(arm, machine, workdir)
+      for arm in arms:
+        for name in _listdir(os.path.join(directory, machine, arm)):
+          match = RUN_NAME.fullmatch(name)
+          workdir = os.path.join(directory, machine, arm, name)
+          key = (machine, arm, *map(int, match.groups())) if match else None
+          if key and key not in found and is_complete(workdir):
+            found[key] = Finished(arm, machine, workdir)
   return [found[key] for key in sorted(found, key=lambda k: (arms.index(k[1]), k[0], k[3], k[2]))]
 
 

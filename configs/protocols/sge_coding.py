@@ -6,13 +6,16 @@ over the same warm starts and RL seeds, one run at a time, reported by launch/co
 
 A run is (arm, warm start W, seed S) in root/<machine>/<arm>/ws<W>_seed<S>: the arm's config and overrides,
 the common overrides below, --config.sft.seed=W (runs with the same W on one machine share one cached SFT
-warm start; another machine computes another one, docs/determinism.md) and --config.seed=S. The ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
+warm start; another machine computes another one, docs/determinism.md) and --config.seed=S. The
+ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
 """
 
-# How many RL seeds and warm starts every arm gets: runs per arm = SEEDS x WARM_STARTS = 8. docs/results.md
-# holds the power argument for these numbers (stats.permutation_power); change them there first.
-SEEDS = 4
-WARM_STARTS = 2
+# How many warm starts and RL seeds every arm gets on each machine: runs per arm and machine = WARM_STARTS x
+# SEEDS = 8. docs/results.md holds the power argument (stats.permutation_power with strata): what buys power
+# is runs per arm, and more warm starts make the result less a property of one starting policy, so four
+# warm starts of two seeds. Runs of an earlier design (2 warm starts x 4 seeds) stay in the comparison.
+WARM_STARTS = 4
+SEEDS = 2
 
 # Common to all arms (these are configs/coding.py's defaults, pinned so the protocol states them).
 ITERATIONS = 16   # RL iterations per run

@@ -371,46 +371,55 @@ def paired_task_test(a_by_task_and_seed, b_by_task_and_seed, *, resamples: int |
   return float((1 + count) / (1 + resamples))
 
 
-def permutation_power(effect: float, sd: float, n_a: int, n_b: int | None = None, *, alpha: float = 0.05,
-                      simulations: int = 2_000, splits: int = 2_000, seed: int = 0) -> float:
-  """Probability that `permutation_test` gives p <= alpha when the methods truly differ by `effect`.
+def permutation_power(effect: float, sd: float, n_a: int, n_b: int | None = None, *, strata: int = 1,
+                      alpha: float = 0.05, simulations: int = 2_000, splits: int = 2_000, seed: int = 0) -> float:
+  """Probability that the permutation test gives p <= alpha when the methods truly differ by `effect`.
 
   The planning model for "how many seeds": each run's number is Normal(mu_a, sd) or Normal(mu_a - effect,
-  sd), independently, with the same spread for both methods (sd: the run-to-run standard deviation,
-  warm starts and machines included if the protocol varies them). Power is estimated by simulation: draw
-  both samples `simulations` times and count how often the two-sided permutation test on the difference of
-  means rejects at `alpha`. The test is the one compare.py reports: exact over all C(n, n_a) splits when
-  that is at most `splits`, otherwise over `splits` random splits (shared by all simulations; a fixed set
-  of splits is itself a valid Monte Carlo test). Returns the rejecting fraction; its Monte Carlo standard
-  error is at most 0.5 / sqrt(simulations) (0.011 at the default).
+  sd), independently, with the same spread for both methods. Power is estimated by simulation: draw both
+  samples `simulations` times and count how often the two-sided test on the difference of means rejects
+  at `alpha`. The test is the one compare.py reports: exact over all splits when there are at most
+  `splits`, otherwise over `splits` random splits (shared by all simulations; a fixed set of splits is
+  itself a valid Monte Carlo test). Returns the rejecting fraction; its Monte Carlo standard error is at
+  most 0.5 / sqrt(simulations) (0.011 at the default).
+
+  strata = 1: `permutation_test` on n_a vs n_b runs; sd is the run-to-run standard deviation, warm starts
+  and machines included if the protocol varies them.
+  strata = S > 1: `stratified_permutation_test` on S warm starts with n_a vs n_b runs in each. Relabelling
+  within strata keeps every stratum's counts, so the strata's own offsets cancel exactly and are not
+  drawn: sd is then the standard deviation *within* a warm start.
 
   Only effect / sd matters (the test is scale-free), so it is the standardised effect d = effect / sd
   that a protocol has to be planned for. Normal draws ignore that pass@k is bounded; near 0 or 1 runs
   bunch up, which usually helps a rank-like test, so read the answer as a planning number.
   """
   n_b = n_a if n_b is None else n_b
-  if n_a < 2 or n_b < 2:
-    raise ValueError(f"need at least 2 runs per method, got {n_a} and {n_b}")
+  if strata < 1 or n_a < 1 or n_b < 1 or strata * min(n_a, n_b) < 2:
+    raise ValueError(f"need at least 2 runs per method, got {strata} strata of {n_a} and {n_b}")
   if sd <= 0:
     raise ValueError(f"sd must be positive, got {sd}")
   rng = np.random.default_rng(seed)
   n = n_a + n_b
-  if math.comb(n, n_a) <= splits:
-    idx, mc = _combinations(n, n_a), 0  # exact: the observed split is among the rows
-  else:
-    idx, mc = _random_subsets(rng, n, n_a, splits), 1  # Monte Carlo: count the observed split as permutation_test does
-  a = rng.normal(effect, sd, size=(simulations, n_a))
-  b = rng.normal(0.0, sd, size=(simulations, n_b))
-  pooled = np.concatenate([a, b], axis=1)
-  total = pooled.sum(axis=1, keepdims=True)
-  observed = a.mean(axis=1) - b.mean(axis=1)
+  exact = math.comb(n, n_a) ** strata <= splits
+  # Per stratum, the subsets labelled a: all of them (combined across strata by broadcasting), or `splits`
+  # random ones (combined row by row), with the observed split counted once as permutation_test does.
+  idx = [_combinations(n, n_a) if exact else _random_subsets(rng, n, n_a, splits) for _ in range(strata)]
+  mc = 0 if exact else 1
+  a = rng.normal(effect, sd, size=(simulations, strata, n_a))
+  b = rng.normal(0.0, sd, size=(simulations, strata, n_b))
+  pooled = np.concatenate([a, b], axis=2)
+  total = pooled.sum(axis=(1, 2))[:, None]
+  observed = a.mean(axis=(1, 2)) - b.mean(axis=(1, 2))
   threshold = np.abs(observed) - _tolerance(observed)
   rejected = 0
   for start in range(0, simulations, 256):  # chunks keep sims x splits small
     sl = slice(start, start + 256)
-    sums_a = pooled[sl][:, idx].sum(axis=2)
-    diffs = sums_a / n_a - (total[sl] - sums_a) / n_b
+    sums_a = np.zeros((pooled[sl].shape[0], 1))
+    for s in range(strata):
+      part = pooled[sl, s][:, idx[s]].sum(axis=2)
+      sums_a = (sums_a[:, :, None] + part[:, None, :]).reshape(part.shape[0], -1) if exact else sums_a + part
+    diffs = sums_a / (strata * n_a) - (total[sl] - sums_a) / (strata * n_b)
     extreme = np.sum(np.abs(diffs) >= threshold[sl, None], axis=1)
-    p = (mc + extreme) / (mc + idx.shape[0])
+    p = (mc + extreme) / (mc + diffs.shape[1])
     rejected += int(np.sum(p <= alpha))
   return rejected / simulations

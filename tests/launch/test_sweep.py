@@ -154,6 +154,8 @@ def test_recorded_runs_resume_a_fresh_clone_and_other_machines_are_compared_not_
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     shutil.rmtree(tmp_path / machine)
   assert sorted(os.listdir(record)) == ["compare", "m1", "m2"]
+  # A run of a warm start and seed the protocol no longer plans (an earlier design) still counts.
+  shutil.copytree(record / "m2" / "a" / "ws0_seed0", record / "m2" / "a" / "ws3_seed7")
 
   # A fresh clone on m1: the one run m1 lacks is launched; m2's runs are not m1's, but they are compared.
   fresh = tmp_path / "fresh"
@@ -163,8 +165,8 @@ def test_recorded_runs_resume_a_fresh_clone_and_other_machines_are_compared_not_
   assert "3 runs of this machine recorded" in out.stdout and "4 of 4 complete" in out.stdout
   assert [os.path.relpath(r["workdir"], fresh) for r in _launched(log)] == ["m1/b/ws0_seed1"]
   table = (record / "compare" / "compare.md").read_text()
-  assert "| a | trained / train | 4 | 0.550 ± 0.058 |" in table  # seeds 0 and 1 on each machine
-  assert "a on m1: 2, a on m2: 2" in out.stdout
+  assert "| a | trained / train | 5 | 0.540 ± 0.055 |" in table  # seeds 0 and 1 on each machine, and ws3_seed7
+  assert "a on m1: 2, a on m2: 3" in out.stdout
   # A machine with no runs yet launches all of its own.
   other = sweep(f"--protocol={protocol}", f"--root={fresh}", train_script, f"--record={record}", "--machine=m3",
                 "--dry_run")

@@ -179,6 +179,23 @@ def test_permutation_power_hand_cases():
     stats.permutation_power(1.0, 1.0, 1)
 
 
+def test_stratified_permutation_power_hand_cases():
+  # One run per method in each of S warm starts: the within-strata test is a sign-flip test over S pairs,
+  # 2^S relabellings, smallest p 2 / 2^S: 0.0625 for S = 5 (never rejects at 0.05), 0.031 for S = 6.
+  assert stats.permutation_power(50.0, 1.0, 1, strata=5) == 0.0
+  assert stats.permutation_power(50.0, 1.0, 1, strata=6) == 1.0
+  # Under the null the test keeps its level: 3 warm starts of 2 vs 2, C(4, 2)^3 = 216 exact relabellings.
+  null = stats.permutation_power(0.0, 1.0, 2, strata=3, simulations=20_000)
+  assert null <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / 20_000)
+  # Stratum offsets cancel, so what buys power is runs per method, however they are split into warm starts:
+  # 2 x 4 runs is about as powerful as 8 unstratified runs, and 4 x 4 more than either.
+  plain8, two_by_four = stats.permutation_power(1.0, 1.0, 8), stats.permutation_power(1.0, 1.0, 4, strata=2)
+  assert abs(plain8 - two_by_four) < 0.06
+  assert stats.permutation_power(1.0, 1.0, 4, strata=4) > two_by_four + 0.2
+  with pytest.raises(ValueError, match="at least 2 runs"):
+    stats.permutation_power(1.0, 1.0, 1, strata=1)
+
+
 def test_stratified_permutation_test_by_hand(monkeypatch):
   # Two warm starts, one run of each method on each: a = (1 | 10), b = (2 | 12). D_obs = 5.5 - 7 = -1.5.
   # Within-stratum relabellings (2 x 2): swap none -1.5, swap the first -0.5, the second +0.5, both +1.5;
