@@ -73,4 +73,5 @@ def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
   # provenance.json: both runs started from the same bits, the resumed one on the same machine (one entry).
   ref_origin, run_origin = provenance.load(tmp_path / "ref"), provenance.load(tmp_path / "run")
   assert ref_origin["start_digest"] == run_origin["start_digest"] and len(ref_origin["start_digest"]) == 12
-  assert [m["tag"] for m in run_origin["machines"]] == [provenance.machine_tag()]
+  child = {**provenance.machine(), "xla_flags": ""}  # launch() runs without this process's XLA_FLAGS
+  assert [m["tag"] for m in run_origin["machines"]] == [provenance.machine_tag(child)]
