@@ -1,7 +1,10 @@
 """The coding environment: tasks, a sandbox for untrusted programs, and Coding-v0.
 
-  sandbox.py  run_program(program, tests) -> ExecutionResult: a fresh interpreter per call under
-              resource limits, a user and network namespace where available, and an audit hook
+  sandbox.py  run_program(program, tests) -> ExecutionResult: the program in a fresh interpreter
+              per call under resource limits, a user and network namespace where available, and an
+              audit hook (_runner.py); the tests and the verdict outside it, calling the program
+              through proxies
+  wire.py     the plain data that crosses between them (exact types, size and depth limits)
   tasks.py    CodingTask; the procedural family (the tiny model's), HumanEval, JSONL datasets
               (MBPP, LeetCodeDataset, APPS); make_tasks(dataset) picks one by name
   env.py      CodingEnv ("explore_jax/Coding-v0"): strategy and code per attempt, failing tests as

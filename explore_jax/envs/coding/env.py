@@ -8,7 +8,8 @@ around the code are removed (with anything after the closing fence). A response 
 "### Code" section, with an empty one or with code longer than the text space is an invalid action:
 format reward 0, and it still uses up an attempt.
 
-Each valid attempt runs the task's setup, the code and the tests in the sandbox. All tests pass:
+Each valid attempt runs the task's setup and the code in the sandbox, and the tests outside it (they
+call the code through proxies and compare plain data; see sandbox.py). All tests pass:
 reward 1, success, the episode terminates. Otherwise the next attempt follows; after `attempts`
 attempts the episode truncates. `info` adds, on every step:
 

@@ -57,7 +57,8 @@ class CodingTask:
       LeetCode), or None for stdin/stdout problems.
     canonical_solution: a whole program that passes the tests, where known.
     strategy: a one-line strategy for the canonical solution, where known.
-    setup: trusted code run before the program in its namespace (imports, helpers).
+    setup: trusted code (imports, helpers, the task's classes) run before the program in its
+      namespace, and before the tests in theirs: the helpers the tests use are the setup's.
   """
 
   task_id: str
