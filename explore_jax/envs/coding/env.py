@@ -24,10 +24,9 @@ i})` plays task i exactly (pass@k runs every task).
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
-from explore_jax.envs.base import MAX_TEXT_LENGTH, Outcome, TextEnv, excerpt
+from explore_jax.envs.base import MAX_TEXT_LENGTH, Outcome, TextEnv, excerpt, task_index
 from explore_jax.envs.coding.sandbox import ExecutionResult, run_program
 from explore_jax.envs.coding.tasks import CodingTask, make_tasks
 
@@ -114,14 +113,7 @@ class CodingEnv(TextEnv):
     return super().step(response)
 
   def _reset_task(self, options: dict[str, Any]) -> str:
-    index = options.get("task_index")
-    if index is None:
-      index = self._seed % self.num_tasks if self._seed is not None else int(
-          self.np_random.integers(self.num_tasks))
-    elif isinstance(index, bool) or not isinstance(index, numbers.Integral) or not (
-        0 <= index < self.num_tasks):
-      raise ValueError(f"task_index must be an int in [0, {self.num_tasks}), got {index!r}")
-    self.task_index = int(index)
+    self.task_index = task_index(options, self._seed, self.num_tasks, self.np_random)
     self.task = self.tasks[self.task_index]
     self.failure = ""
     self.last_result = None
