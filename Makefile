@@ -7,10 +7,12 @@ WORKDIR ?= runs/sge_coding
 
 .PHONY: run test bench install dev clean
 
+# The venv's bin comes first on PATH while installing: packages that compile (fast-downward for
+# TextWorld's PDDL games) run `python` in their build scripts, which must be this venv's.
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
