@@ -252,6 +252,30 @@ def launch(run: Run) -> tuple[int, list[str]]:
   return code, "\n".join(line for line in lines if line.strip())[-4000:].splitlines()[-STDERR_TAIL_LINES:]
 
 
+def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
+  """Why `run` cannot stand beside the complete runs already kept under its machine name: one of them started
+  warm start W from other bits. Runs share a machine name only if they compute the same warm starts
+  (--machine on two machines, or two CPUs that one tag cannot tell apart); the first finished run shows it."""
+  digest = (provenance.load(run.workdir) or {}).get("start_digest")
+  if not digest:
+    return None
+  machine_dir = os.path.basename(os.path.dirname(os.path.dirname(run.workdir)))  # root/<machine>/<arm>/<run>
+  for directory in directories:
+    for arm in _listdir(os.path.join(directory, machine_dir)):
+      for name in _listdir(os.path.join(directory, machine_dir, arm)):
+        match = RUN_NAME.fullmatch(name)
+        other = os.path.join(directory, machine_dir, arm, name)
+        if not match or int(match.group(1)) != run.warm_start or os.path.realpath(other) == os.path.realpath(
+            run.workdir) or not is_complete(other):
+          continue
+        theirs = (provenance.load(other) or {}).get("start_digest")
+        if theirs and theirs != digest:
+          return (f"{run.workdir} started warm start {run.warm_start} from parameters {digest}, but {other} "
+                  f"(the same machine name) started it from {theirs}: this machine computes other warm starts "
+                  f"than the runs kept under {machine_dir!r} (docs/determinism.md)")
+  return None
+
+
 def compare(protocol: dict, directories: list[str], output: str, compare_script: str) -> tuple[bool, str]:
   """launch/compare.py over every machine's complete runs (finished()), labelled by arm, into output/."""
   runs = finished(protocol, directories)
@@ -366,6 +390,11 @@ def main(argv):
             flush=True)
       continue
     print(f"[sweep] done in {time.time() - start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}", flush=True)
+    mismatch = warm_start_mismatch(r, sources)
+    if mismatch:
+      os.rename(r.workdir, r.workdir + ".mismatch")  # kept for inspection, no longer a run of this machine
+      sys.exit(f"error: {mismatch}. Its workdir is now {r.workdir}.mismatch; run this machine under its own "
+               f"name (without --machine, its tag is {provenance.machine_tag()}).")
     table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
     print(table[1] if not table[0] else table[1].splitlines()[-1], flush=True)
     if record_dir:

@@ -33,7 +33,8 @@ FAKE_TRAINER = textwrap.dedent("""
              "distinct_outcomes_per_task": 1.0}
     json.dump({"trained / train": entry}, open(os.path.join(workdir, "summary.json"), "w"))
     machine = os.path.basename(os.path.dirname(os.path.dirname(workdir)))  # root/<machine>/<arm>/<run>
-    json.dump({"start_digest": machine + "-ws" + args.get("config.sft.seed", "0"), "machines": []},
+    digest = os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
+    json.dump({"start_digest": digest, "machines": []},
               open(os.path.join(workdir, "provenance.json"), "w"))
 """)
 
@@ -186,3 +187,23 @@ def test_max_runs_and_only(tmp_path):
               env={"FAKE_LOG": log})
   assert out.returncode == 0 and os.path.relpath(_launched(log)[-1]["workdir"], root / "m1") == "b/ws1_seed0"
   assert len(_launched(log)) == 4
+
+
+def test_a_machine_computing_other_warm_starts_cannot_join_a_machine_name(tmp_path):
+  protocol, train_script = _fixture(tmp_path)
+  record, log = tmp_path / "record", str(tmp_path / "launched.jsonl")
+  out = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm1'}", train_script, f"--record={record}",
+              "--machine=m1", "--max_runs=1", env={"FAKE_LOG": log})
+  assert out.returncode == 0, out.stderr[-3000:]
+  # Another machine run as "m1" whose warm start 0 has other bits: its first run stops the sweep, unrecorded.
+  root = tmp_path / "other"
+  out = sweep(f"--protocol={protocol}", f"--root={root}", train_script, f"--record={record}", "--machine=m1",
+              env={"FAKE_LOG": log, "FAKE_DIGEST": "other-bits"})
+  assert out.returncode != 0
+  assert "started warm start 0 from parameters other-bits" in out.stderr and "m1-ws0" in out.stderr
+  assert len(_launched(log)) == 2 and os.path.isdir(root / "m1" / "b" / "ws0_seed0.mismatch")
+  assert not (root / "m1" / "b" / "ws0_seed0").exists() and not (record / "m1" / "b").exists()
+  # The same bits under the same name are fine.
+  out = sweep(f"--protocol={protocol}", f"--root={root}", train_script, f"--record={record}", "--machine=m1",
+              env={"FAKE_LOG": log})
+  assert out.returncode == 0 and "4 of 4 complete" in out.stdout, out.stderr[-3000:]
