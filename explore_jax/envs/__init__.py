@@ -6,6 +6,7 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
   explore_jax/Coding-v0     CodingEnv: programs run against tests in a sandbox (envs/coding/)
   explore_jax/TextWorldExpress-v0  TextWorldExpressEnv(game=..., split=...): 8 text games (twx.py)
   explore_jax/ScienceWorld-v0      ScienceWorldEnv(task=..., split=...): 30 science tasks
+  explore_jax/ALFWorld-v0   ALFWorldEnv(split=..., task_types=...): household tasks (envs/alfworld/)
   explore_jax/TextWorld-v0  TextWorldEnv(challenge=..., settings=..., split=...): generated games
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
@@ -38,6 +39,7 @@ _REGISTRY = {
     "explore_jax/Coding-v0": "explore_jax.envs.coding.env:CodingEnv",
     "explore_jax/TextWorldExpress-v0": "explore_jax.envs.twx:TextWorldExpressEnv",
     "explore_jax/ScienceWorld-v0": "explore_jax.envs.scienceworld:ScienceWorldEnv",
+    "explore_jax/ALFWorld-v0": "explore_jax.envs.alfworld.env:ALFWorldEnv",
     "explore_jax/TextWorld-v0": "explore_jax.envs.textworld:TextWorldEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
