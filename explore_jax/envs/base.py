@@ -38,7 +38,9 @@ from gymnasium import spaces
 
 # Printable ASCII plus the whitespace characters: what observations contain and responses should.
 TEXT_CHARSET = string.printable
+_PRINTABLE = frozenset(TEXT_CHARSET)
 MAX_TEXT_LENGTH = 16_384
+MAX_ACTION_CHARS = 200         # the longest action a text world's one-line grammar accepts
 _EXCERPT_LENGTH = 40
 
 
@@ -65,6 +67,42 @@ def task_index(options: dict[str, Any], seed: int | None, num_tasks: int, rng: A
   if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < num_tasks:
     raise ValueError(f"task_index must be an int in [0, {num_tasks}), got {index!r}")
   return int(index)
+
+
+def world_text(text: Any, limit: int = 8_000) -> str:
+  """A world's text as it goes into an observation: printable ASCII (others become "?"), no trailing
+  spaces on its lines nor blank lines at its ends, at most `limit` characters."""
+  lines = [line.rstrip() for line in str(text).replace("\r\n", "\n").split("\n")]
+  flat = "\n".join(lines).strip("\n")
+  safe = "".join(c if c in _PRINTABLE else "?" for c in flat[: limit + 1])
+  return safe if len(safe) <= limit else safe[: limit - 3] + "..."
+
+
+def one_line_action(text: str, noun: str = "action") -> tuple[str | None, str]:
+  """The text worlds' response grammar: exactly one non-empty line of printable ASCII, at most
+  MAX_ACTION_CHARS characters once runs of whitespace become one space and letters lower case.
+  Returns (that canonical action, "") or (None, what was wrong, calling the action `noun`)."""
+  lines = [line for line in text.splitlines() if line.strip()]
+  if not lines:
+    return None, "The response is empty."
+  if len(lines) > 1:
+    return None, f"The response has {len(lines)} lines; one {noun} takes one line."
+  action = " ".join(lines[0].split()).lower()
+  if len(action) > MAX_ACTION_CHARS:
+    return None, f"The {noun} is too long ({len(action)} characters, at most {MAX_ACTION_CHARS})."
+  if any(c not in _PRINTABLE for c in action):
+    return None, f'The {noun} "{excerpt(action)}" has characters outside printable ASCII.'
+  return action, ""
+
+
+def next_gold_action(path: Sequence[str], position: int | None, task_id: Any, name: str = "gold path") -> str:
+  """An oracle's next action: `path[position]`, where `position` is how far the episode has followed the
+  world's gold path (its `name`, e.g. "walkthrough") from the start, None once it has left it."""
+  if position is None:
+    raise RuntimeError(f"the episode has left the {name} of {task_id}; the oracle only follows it from the start")
+  if position >= len(path):
+    raise RuntimeError(f"the {name} of {task_id} ended without success")
+  return path[position]
 
 
 def excerpt(text: str, limit: int = _EXCERPT_LENGTH) -> str:

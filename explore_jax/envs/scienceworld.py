@@ -43,7 +43,8 @@ import json
 from scienceworld.constants import ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
 
-from explore_jax.envs.java import DEFAULT_HEAP, JavaTextEnv, JavaWorld, world_text
+from explore_jax.envs.base import world_text
+from explore_jax.envs.java import DEFAULT_HEAP, JavaTextEnv, JavaWorld
 
 TASKS = tuple(ID2TASK.values())
 SIMPLIFICATIONS = ("teleportAction", "openDoors", "openContainers", "selfWateringFlowerPots",

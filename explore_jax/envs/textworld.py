@@ -121,7 +121,6 @@ import json
 import os
 import re
 import shutil
-import string
 import subprocess
 import sys
 import tempfile
@@ -132,13 +131,12 @@ from typing import Any, Iterable
 import textworld
 from jericho import UnsupportedGameWarning
 
-from explore_jax.envs.base import Outcome, TextEnv, excerpt, task_index
+from explore_jax.envs.base import Outcome, TextEnv, excerpt, next_gold_action, one_line_action, task_index, world_text
 
 CHALLENGES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter")
 SPLITS = ("train", "dev", "test")
 SPLIT_FIRST_SEED = {"train": 0, "dev": 10_000, "test": 20_000}
 MAX_GAMES = 10_000  # a split's seeds stay below the next split's first seed
-MAX_ACTION_CHARS = 200
 GENERATION_TIMEOUT_S = 600  # per game (treasure_hunter's hardest levels took up to 5 minutes)
 GAMES_PER_CHILD = 8
 
@@ -159,7 +157,6 @@ META_VERBS = frozenset({
     "transcript", "unscript", "noscript", "verify", "version", "notify", "brief", "normal", "long",
     "verbose", "superbrief", "short", "score", "full", "fullscore", "pronouns", "nouns"})
 _CHAINED = re.compile(r"\.|\bthen\b")
-_PRINTABLE = frozenset(string.printable)
 _EMULATOR_SEED = 1  # jericho's random seed (0 or None would mean a time-based one)
 _FORMAT = 1  # bumped when the files a game directory holds change
 _SERIAL = slice(0x12, 0x18)  # the Z-machine header's six-digit serial number (the compile date)
@@ -255,12 +252,10 @@ def generator_settings(challenge: str, settings: dict[str, Any], split: str) -> 
 
 
 def _clean(text: Any, limit: int = 6_000) -> str:
-  """Game text as it goes into an observation: printable ASCII ("?" for others), no spaces around
-  its lines, at most one blank line in a row, none at the ends, at most `limit` characters."""
+  """Game text as it goes into an observation (`world_text`), also without spaces at the start of its
+  lines and with at most one blank line in a row."""
   lines = [line.strip() for line in str(text or "").replace("\r\n", "\n").split("\n")]
-  flat = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
-  safe = "".join(c if c in _PRINTABLE else "?" for c in flat[: limit + 1])
-  return safe if len(safe) <= limit else safe[: limit - 3] + "..."
+  return world_text(re.sub(r"\n{3,}", "\n\n", "\n".join(lines)), limit)
 
 
 def _answer(feedback: Any, description: str) -> str:
@@ -425,6 +420,8 @@ class TextWorldEnv(TextEnv):
     split: "train", "dev" or "test": which game seeds resets draw from.
     num_games: the split's number of games (1 to 10,000).
     admissible: whether `info["admissible_actions"]` lists the game's admissible commands.
+    list_actions: whether the raw observation ends with them ("Actions: a, b, c."; implies
+      `admissible`), as TextWorld-Express's and KeyDoor's can: a small policy picks from the list.
     max_steps: step limit.
     cache_dir: where games are generated and kept (default $EXPLORE_JAX_CACHE or
       ~/.cache/explore_jax; games go under its textworld/ folder).
@@ -435,7 +432,7 @@ class TextWorldEnv(TextEnv):
 
   def __init__(self, challenge: str = "tw-cooking", settings: dict[str, Any] | str = "",
                split: str = "train", num_games: int = 1000, admissible: bool = False,
-               max_steps: int = 100, cache_dir: str | None = None,
+               list_actions: bool = False, max_steps: int = 100, cache_dir: str | None = None,
                render_mode: str | None = None):
     full = challenge_settings(challenge, settings)
     if split not in SPLITS:
@@ -447,7 +444,8 @@ class TextWorldEnv(TextEnv):
     self.challenge = challenge
     self.settings = full
     self.split = split
-    self.admissible = bool(admissible)
+    self.list_actions = bool(list_actions)
+    self.admissible = bool(admissible) or self.list_actions
     first = SPLIT_FIRST_SEED[split]
     self.split_games = list(range(first, first + num_games))  # the games' generator seeds
     self.made_settings = generator_settings(challenge, full, split)
@@ -589,26 +587,15 @@ class TextWorldEnv(TextEnv):
     parts = [f"Objective: {self.objective}"] if self.objective else []
     parts.append(self.description)
     parts.append(f"{self.inventory}\nScore: {self.raw_score} of {self.max_score}.")
-    return "\n\n".join(p for p in parts if p)
+    text = "\n\n".join(p for p in parts if p)
+    return f"{text}\nActions: {', '.join(self._admissible)}." if self.list_actions else text
 
-  def parse_action(self, text: Any) -> tuple[str | None, str]:
-    if not isinstance(text, str):
-      return None, f"The response must be text, got {type(text).__name__}."
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-      return None, "The response is empty."
-    if len(lines) > 1:
-      return None, f"The response has {len(lines)} lines; a command is one line."
-    action = _canonical(lines[0])
-    if len(action) > MAX_ACTION_CHARS:
-      return None, (f"The command is too long ({len(action)} characters, at most "
-                    f"{MAX_ACTION_CHARS}).")
-    if any(c not in _PRINTABLE for c in action):
-      return None, f'The command "{excerpt(action)}" has characters outside printable ASCII.'
-    if _CHAINED.search(action):
+  def parse_action(self, text: str) -> tuple[str | None, str]:
+    action, error = one_line_action(text, "command")
+    if action is not None and _CHAINED.search(action):
       return None, (f'The command "{excerpt(action)}" chains commands with "." or "then"; send '
                     "one command.")
-    return action, ""
+    return action, error
 
   def _refusal(self, action: str) -> str:
     verb = action.split()[0]
@@ -660,12 +647,7 @@ class TextWorldEnv(TextEnv):
 
   def oracle_action(self) -> str:
     """The walkthrough's next command, as the exact response text (while the episode follows it)."""
-    if self._gold_pos is None:
-      raise RuntimeError(f"the episode has left the walkthrough of {self.task_id}; the oracle only "
-                         "follows it from the start")
-    if self._gold_pos >= len(self._gold):
-      raise RuntimeError(f"the walkthrough of {self.task_id} ended without winning")
-    return self._gold[self._gold_pos]
+    return next_gold_action(self._gold, self._gold_pos, self.task_id, "walkthrough")
 
   def close(self) -> None:
     self._close_game()

@@ -38,8 +38,8 @@ from typing import Any
 
 from textworld_express.constants import JAR_PATH
 
-from explore_jax.envs.base import excerpt
-from explore_jax.envs.java import DEFAULT_HEAP, JavaTextEnv, JavaWorld, JavaWorldError, world_text
+from explore_jax.envs.base import excerpt, world_text
+from explore_jax.envs.java import DEFAULT_HEAP, JavaTextEnv, JavaWorld, JavaWorldError
 
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays",
          "peckingorder")

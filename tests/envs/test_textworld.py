@@ -258,6 +258,19 @@ def test_admissible_commands_only_when_asked(cache):
     env.close()
 
 
+def test_listed_actions_end_the_raw_observation_and_imply_admissible(cache):
+  env = make(cache, list_actions=True)
+  try:
+    observation, info = env.reset(seed=0)
+    assert env.admissible and observation.endswith(f"\nActions: {', '.join(info['admissible_actions'])}.")
+    assert env.oracle_action() in info["admissible_actions"]
+    observation, _, _, _, info = env.step(env.oracle_action())
+    assert observation.endswith(f"\nActions: {', '.join(info['admissible_actions'])}.")
+    assert info["state_key"] == state_key(env.raw_observation())
+  finally:
+    env.close()
+
+
 def test_a_lost_game_terminates_without_success_and_running_out_of_steps_truncates(cache):
   env = make(cache, "tw-simple")
   try:

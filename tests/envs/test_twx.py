@@ -12,7 +12,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
-from explore_jax.envs.java import JavaWorldError, jvm_options, world_text
+from explore_jax.envs.base import world_text
+from explore_jax.envs.java import JavaWorldError, jvm_options
 from explore_jax.envs.twx import GAMES, TextWorldExpressEnv
 
 
