@@ -1,0 +1,139 @@
+"""The text worlds every text-world config shares: TextWorld-Express, ScienceWorld, TextWorld's generated games
+and ALFWorld, each trained with GRPO or GiGPO (configs/{grpo,gigpo}_<world>.py) at two scales.
+
+  tiny   (default) the built-in model on a small setting of the world that a 2-core CPU trains in minutes:
+         few rooms, the valid actions listed in the observation, short episodes; SFT on the world's own gold
+         paths (a disjoint range of training games) first, then RL on a held-in pool of training games;
+         held-out success on the world's held-out split (eval.env_kwargs).
+  paper  GiGPO's settings (Feng et al. 2025, ALFWorld; the same recipe for every world): a local
+         Qwen2.5-1.5B-Instruct or -7B-Instruct directory the user brings, 16 task groups of 8, 50 steps
+         (ScienceWorld: EMPO2's 30), lr 1e-6, k3 KL 0.01, invalid-action penalty 0.1, temperature 1.0 (0.4 in
+         evaluation), the last 2 steps and the admissible actions in the prompt, 150 iterations, no SFT.
+                --config.model.checkpoint=/path/to/Qwen2.5-7B-Instruct
+
+RL recipe (both scales): the group-relative estimator of the method (GiGPO: A^E + omega A^S over anchor states,
+gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_penalty` for malformed actions.
+"""
+
+import ml_collections
+
+from configs import base
+from explore_jax.methods import grpo
+
+VARIANTS = ("", "tiny", "paper")
+METHODS = ("grpo", "gigpo")
+
+SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you see, then reply with exactly one "
+                 "action on one line.")
+
+# Per world, the tiny scale: env id, its kwargs for training, evaluation (held-out split) and SFT, the step
+# limit, the prompt budget in tokens, and the held-in pool / SFT game offset. The worlds' own docstrings
+# (explore_jax/envs/*) describe their kwargs, splits and observations.
+WORLDS = {
+    # Find the coin in a house of 4 rooms without doors: look, move, take. Its gold paths are 2-7 actions.
+    "twx": dict(
+        id="explore_jax/TextWorldExpress-v0",
+        kwargs={"game": "coin", "game_params": "numLocations=4,numDistractorItems=0,includeDoors=0",
+                "split": "train", "list_actions": True},
+        eval_kwargs={"split": "dev"},
+        max_steps=8, max_prompt_tokens=384, max_new_tokens=8, sft_offset=500),
+    # Find a plant (the world's "easy" simplifications: teleport, doors open), the shortest task family.
+    "scienceworld": dict(
+        id="explore_jax/ScienceWorld-v0",
+        kwargs={"task": "find-plant", "simplifications": "easy", "split": "train"},
+        eval_kwargs={"split": "dev"},
+        max_steps=12, max_prompt_tokens=768, max_new_tokens=12, sft_offset=100),
+    # TextWorld's coin collector at level 5: the objective names the way (go west, go north, ... take coin) in
+    # varied words. Games are generated on first use (2-5 s of CPU each, then cached), so the pools are small.
+    "textworld": dict(
+        id="explore_jax/TextWorld-v0",
+        kwargs={"challenge": "tw-coin_collector", "settings": "level=5", "split": "train", "list_actions": True},
+        eval_kwargs={"split": "test"},
+        max_steps=8, max_prompt_tokens=384, max_new_tokens=8, sft_offset=500, task_pool=16, sft_episodes=32,
+        held_out=16),
+    # The generated household games, pick & place only at the tiny scale (all six task types in :paper).
+    "alfworld": dict(
+        id="explore_jax/ALFWorld-v0",
+        kwargs={"split": "train", "task_types": ["pick_and_place_simple"], "list_actions": True},
+        eval_kwargs={"split": "valid_unseen"},
+        max_steps=12, max_prompt_tokens=768, max_new_tokens=12, sft_offset=500),
+}
+
+
+def get_config(method: str, world: str, variant: str = "") -> ml_collections.ConfigDict:
+  """The config of `method` ("grpo" or "gigpo") on `world` (a key of WORLDS) at a scale."""
+  if method not in METHODS:
+    raise ValueError(f"unknown text-world method {method!r}; known: {', '.join(METHODS)}")
+  if world not in WORLDS:
+    raise ValueError(f"unknown text world {world!r}; known: {', '.join(WORLDS)}")
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
+  w = WORLDS[world]
+  c = base.get_config()
+  grpo.configure(c, method)
+  c.rl.loss.aggregation = "token-mean"
+  c.system_prompt = SYSTEM_PROMPT
+
+  c.env.id = w["id"]
+  c.env.max_steps = w["max_steps"]
+  c.env.kwargs = ml_collections.ConfigDict({**w["kwargs"], "max_steps": w["max_steps"]})
+  c.eval.env_kwargs = ml_collections.ConfigDict(w["eval_kwargs"])
+  c.eval.seed_offset = 0                         # held-out game i is seed i of the held-out split
+  c.eval.num_episodes = w.get("held_out", 32)
+  c.eval.temperature = 0.0                       # greedy
+  c.eval.every = 5
+
+  c.rollout.task_pool = w.get("task_pool", 64)   # held-in games: seeds 0..N-1 of the training split
+  c.rollout.num_tasks = 4
+  c.rollout.group_size = 8
+  c.rollout.envs_per_actor = 16
+  c.rollout.temperature = 1.0
+  c.rollout.max_prompt_tokens = w["max_prompt_tokens"]
+  c.rollout.max_new_tokens = w["max_new_tokens"]
+  c.rl.epochs = 2
+  c.rl.minibatch_size = 64
+  c.optimizer.learning_rate = 5e-5
+  c.optimizer.warmup_steps = 5
+  c.train.num_iterations = 20
+  c.checkpoint.every = 5
+
+  c.sft.enabled = True                           # gold paths of training games outside the RL pool
+  c.sft.oracle_seed_offset = w["sft_offset"]
+  c.sft.oracle_episodes = w.get("sft_episodes", 64)
+  c.sft.steps = 60
+  c.sft.batch_size = 32
+  c.sft.learning_rate = 1e-3
+
+  if variant == "paper":
+    c.model.checkpoint = ml_collections.config_dict.placeholder(str)  # a local Qwen2.5-{1.5B,7B}-Instruct
+    c.model.param_dtype = c.model.dtype = "bfloat16"
+    c.model.remat = True
+    steps = 30 if world == "scienceworld" else 50
+    c.env.max_steps = steps
+    c.env.kwargs.max_steps = steps
+    c.history_steps = 2                          # verl-agent's history length: the last 2 (observation, action)s
+    if world == "alfworld":
+      c.env.kwargs.task_types = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+                                 "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep",
+                                 "pick_two_obj_and_place"]
+    c.rollout.task_pool = 0                      # a fresh training game per group
+    c.rollout.num_tasks = 16
+    c.rollout.group_size = 8
+    c.rollout.num_actors = 16
+    c.rollout.envs_per_actor = 8
+    c.rollout.temperature = 1.0
+    c.rollout.max_prompt_tokens = 2048
+    c.rollout.max_new_tokens = 512
+    c.eval.temperature = 0.4
+    c.eval.num_episodes = 128
+    c.rl.loss.kl_coef = 0.01
+    c.rl.loss.kl_type = "k3"
+    c.rl.format_penalty = 0.1
+    c.rl.epochs = 1
+    c.rl.minibatch_size = 256
+    c.optimizer.learning_rate = 1e-6
+    c.optimizer.warmup_steps = 0
+    c.train.num_iterations = 150
+    c.checkpoint.every = 10
+    c.sft.enabled = False
+  return c

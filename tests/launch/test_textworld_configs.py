@@ -1,0 +1,79 @@
+"""configs/{grpo,gigpo}_<world>.py: every text world's config builds at both scales, its environments start with
+the config's kwargs and fit its prompt budget, and launch/train.py runs the tiny scale end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium
+import pytest
+
+import explore_jax.envs  # noqa: F401  (registers the ids)
+from configs import textworlds
+from explore_jax.actors.actor import PromptTokenizer
+from explore_jax.methods.base import ObservationPrompt
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKENIZER = os.path.join(REPO, "explore_jax", "hf", "assets", "tiny")
+CONFIGS = [f"{method}_{world}" for world in textworlds.WORLDS for method in textworlds.METHODS]
+
+
+def _load(name, variant=""):
+  import importlib
+  return importlib.import_module(f"configs.{name}").get_config(variant)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_builds_at_both_scales(name):
+  method, world = name.split("_", 1)
+  for variant in ("", "paper"):
+    c = _load(name, variant)
+    assert c.method == method and c.env.id == textworlds.WORLDS[world]["id"]
+    assert c.rl.advantage == ("gigpo" if method == "gigpo" else "grpo")
+    assert c.env.kwargs.max_steps == c.env.max_steps  # the records' step bound is the episode's
+  paper = _load(name, "paper")
+  assert paper.model.checkpoint is None and paper.rollout.group_size == 8 and paper.rl.loss.kl_coef == 0.01
+  assert paper.env.max_steps == (30 if world == "scienceworld" else 50) and paper.history_steps == 2
+
+
+def test_unknown_world_method_and_variant_are_named():
+  with pytest.raises(ValueError, match="unknown text world 'webshop'"):
+    textworlds.get_config("gigpo", "webshop")
+  with pytest.raises(ValueError, match="unknown text-world method 'ppo'"):
+    textworlds.get_config("ppo", "twx")
+  with pytest.raises(ValueError, match="unknown variant 'huge'"):
+    textworlds.get_config("grpo", "twx", "huge")
+
+
+@pytest.mark.parametrize("world", list(textworlds.WORLDS))
+def test_environments_start_with_the_config_and_prompts_fit(world):
+  """Training, held-out and SFT games start from the config's kwargs, and their first prompts (system prompt and
+  observation, in the tiny tokenizer) fit rollout.max_prompt_tokens untruncated."""
+  c = textworlds.get_config("gigpo", world)
+  tokenizer = PromptTokenizer.from_dir(TOKENIZER, c.rollout.max_prompt_tokens)
+  prompt = ObservationPrompt(system=c.system_prompt)
+  settings = {"train": (dict(c.env.kwargs), 0), "held-out": ({**c.env.kwargs, **c.eval.env_kwargs}, 0),
+              "sft": ({**c.env.kwargs, **c.sft.env_kwargs}, c.sft.oracle_seed_offset)}
+  for where, (kwargs, seed) in settings.items():
+    env = gymnasium.make(c.env.id, **kwargs)
+    try:
+      observation, info = env.reset(seed=seed)
+      _, cut = tokenizer.encode(prompt(observation, [], {}, info))
+      assert cut == 0, f"{world} {where} seed {seed}: the first prompt loses {cut} tokens"
+    finally:
+      env.close()
+
+
+@pytest.mark.parametrize("world", ["twx"])
+def test_the_tiny_scale_trains_end_to_end(tmp_path, world):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  run = subprocess.run(
+      [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config=configs/gigpo_{world}.py",
+       f"--workdir={tmp_path}", "--config.train.num_iterations=1", "--config.sft.steps=2",
+       "--config.sft.oracle_episodes=4", "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2",
+       "--config.rollout.group_size=2", "--config.eval.every=1", "--config.eval.num_episodes=2"],
+      capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+  assert run.returncode == 0, run.stderr[-3000:]
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert rows[-1]["iteration"] == 1 and "eval/success_rate" in rows[-1] and "success_rate" in rows[-1]
