@@ -78,6 +78,7 @@ from explore_jax.envs.base import Outcome, TextEnv, excerpt, next_gold_action, o
 DEFAULT_HEAP = "300m"
 SPLITS = ("train", "dev", "test")
 _STDERR_LINES = 20
+_LIVENESS_WAIT_S = 0.05
 
 
 class _DropPy4JRecords(logging.Filter):
@@ -142,7 +143,16 @@ class JavaWorld:
 
   @property
   def alive(self) -> bool:
-    return self.process is not None and self.process.poll() is None
+    # Not poll(): py4j's stderr reader thread sits in process.wait() holding Popen's wait lock, and poll()
+    # answers None (running) whenever it cannot take that lock, so a dead JVM would read as alive. A short
+    # timed wait sees the exit code that thread collects.
+    if self.process is None:
+      return False
+    try:
+      self.process.wait(timeout=_LIVENESS_WAIT_S)
+      return False
+    except subprocess.TimeoutExpired:
+      return True
 
   @property
   def pid(self) -> int | None:
@@ -207,9 +217,11 @@ class JavaWorld:
     self.process, self._server = None, None
 
   def _error(self, method: str, error: Exception) -> JavaWorldError:
-    if isinstance(error, Py4JNetworkError) and self.process is not None:
+    if self.process is not None:
+      # A JVM that dropped the connection is usually exiting; py4j's failed retry of a call on a dead JVM
+      # surfaces as a plain Py4JError, so those get a shorter wait too.
       try:
-        self.process.wait(timeout=2)  # a JVM that just dropped the connection is usually exiting
+        self.process.wait(timeout=2.0 if isinstance(error, Py4JNetworkError) else 0.5)
       except subprocess.TimeoutExpired:
         pass
     if self.alive:
