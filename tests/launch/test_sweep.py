@@ -207,3 +207,14 @@ def test_a_machine_computing_other_warm_starts_cannot_join_a_machine_name(tmp_pa
   out = sweep(f"--protocol={protocol}", f"--root={root}", train_script, f"--record={record}", "--machine=m1",
               env={"FAKE_LOG": log})
   assert out.returncode == 0 and "4 of 4 complete" in out.stdout, out.stderr[-3000:]
+
+
+def test_the_text_world_protocol_plans_every_world_and_method():
+  from configs.protocols import textworlds as protocol
+  out = sweep("--protocol=configs/protocols/textworlds.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == 4 * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS * protocol.SEEDS >= 3
+  for world in ("twx", "alfworld"):
+    for method in ("gigpo", "grpo"):
+      assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) == protocol.WARM_STARTS

@@ -1,0 +1,28 @@
+"""The text-world protocol: GiGPO and its GRPO baseline on TextWorld-Express and on the generated ALFWorld games,
+each arm run over the same warm starts and RL seeds, one run at a time, reported by launch/compare.py per arm
+(held-out success of the warm start and of the trained policy: the `summary.json` pass@1 rows).
+
+  make protocol PROTOCOL=configs/protocols/textworlds.py
+  python launch/sweep.py --protocol=configs/protocols/textworlds.py --root=runs/protocol/textworlds --only=gigpo_twx,grpo_twx
+
+A run is (arm, warm start W, seed S) in root/<machine>/<arm>/ws<W>_seed<S> (launch/sweep.py). Arms of different
+worlds share a directory tree but are only ever compared within their world (compare.py groups by arm label; read
+the table per world).
+"""
+
+# Three warm starts of one RL seed each: three runs per arm and world, the minimum the results protocol asks before
+# a learning claim; more seeds go on top of the same blocks.
+WARM_STARTS = 3
+SEEDS = 1
+
+ARMS = tuple((f"{method}_{world}", f"configs/{method}_{world}.py", ())
+             for world in ("twx", "alfworld") for method in ("gigpo", "grpo"))
+
+
+def get_protocol() -> dict:
+  return {
+      "arms": [{"name": name, "config": config, "overrides": list(overrides)} for name, config, overrides in ARMS],
+      "seeds": list(range(SEEDS)),
+      "warm_starts": list(range(WARM_STARTS)),
+      "overrides": [],
+  }
