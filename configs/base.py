@@ -28,6 +28,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.mesh.axes = ("data", "fsdp", "tensor")
   c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
 
+  # Multi-host: jax.distributed settings (explore_jax/parallel/distributed.py). The defaults mean "one
+  # process" (or, on a Cloud TPU VM, "jax detects the slice"); on other clusters set all three per process.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.coordinator_address = ""  # "host:port" of process 0's coordinator; "": not set
+  c.distributed.num_processes = 0         # 0: not set
+  c.distributed.process_id = -1           # -1: not set
+
   # AdamW with global-norm clipping.
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.learning_rate = 1e-6

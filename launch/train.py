@@ -33,6 +33,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   config = _CONFIG.value
+  # Before anything touches a jax backend: a no-op for one process (the default settings).
+  from explore_jax.parallel import distributed
+  d = config.get("distributed") or {}
+  distributed.initialize(d.get("coordinator_address"), d.get("num_processes"), d.get("process_id"))
   workdir = _WORKDIR.value or os.path.join("runs", os.path.splitext(os.path.basename(
       flags.FLAGS["config"].config_filename))[0])
   logging.set_verbosity(logging.WARNING)

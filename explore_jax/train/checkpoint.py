@@ -80,6 +80,15 @@ def _default_rng_sharding(abstract_state: Any) -> jax.sharding.Sharding:
   return jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
 
+def _global_key_data(key_data: jax.Array, state: Any) -> jax.Array:
+  """With several processes orbax saves only global arrays; a process-local key (a run's
+  `jax.random.key(seed)`, the same in every process) becomes one replicated over the state's mesh."""
+  if jax.process_count() == 1 or not getattr(key_data, "is_fully_addressable", False):
+    return key_data
+  host = np.asarray(jax.device_get(key_data))
+  return jax.make_array_from_callback(host.shape, _default_rng_sharding(state), lambda index: host[index])
+
+
 class Checkpointer:
   """Saves and restores (state, rng, metadata) per step in one directory, keeping the newest few.
 
@@ -160,6 +169,7 @@ class Checkpointer:
     custom_metadata: dict[str, Any] = {}
     if rng is not None:
       key_data, impl = _split_key(rng)
+      key_data = _global_key_data(key_data, state)
       items[_RNG] = ocp.args.StandardSave({"key_data": key_data})
       custom_metadata[_RNG_INFO] = {"shape": list(key_data.shape), "impl": impl}
     if metadata is not None:
