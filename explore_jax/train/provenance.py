@@ -11,7 +11,8 @@ holds warm starts fixed (launch/compare.py) must know that. Every training run w
 
 A resumed run appends its machine when it differs from the last one, so a run that crossed machines says so.
 `machine_tag()` names a numerical environment: runs with the same tag compute the same bits, as far as we
-know what decides them (CPU model, vector ISA, visible cores, jax and jaxlib versions, XLA_FLAGS).
+know what decides them (CPU model, vector ISA, visible cores, jax and jaxlib versions, XLA_FLAGS, and the GPU
+models where JAX computes on NVIDIA GPUs).
 """
 
 from __future__ import annotations
@@ -51,24 +52,54 @@ def _version(package: str) -> str:
     return "?"
 
 
+def _gpus() -> list[str]:
+  """The NVIDIA GPUs JAX would compute on here, by model name ([] without any, or when JAX_PLATFORMS excludes
+  them). Read from the driver's /proc files, so no jax or CUDA import is needed."""
+  platforms = os.environ.get("JAX_PLATFORMS", "")
+  if platforms and not {"cuda", "gpu"} & set(platforms.split(",")):
+    return []
+  names = []
+  root = "/proc/driver/nvidia/gpus"
+  for bus in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+    try:
+      with open(os.path.join(root, bus, "information")) as f:
+        model = re.search(r"^Model:\s*(.+)$", f.read(), re.MULTILINE)
+    except OSError:
+      continue
+    names.append(model.group(1).strip() if model else "NVIDIA GPU")
+  return names
+
+
 def machine() -> dict[str, Any]:
-  """What decides this process's floating-point results, as far as we know (no jax import needed)."""
+  """What decides this process's floating-point results, as far as we know (no jax import needed).
+
+  On a machine with NVIDIA GPUs the GPUs decide the model's arithmetic: they are listed under "gpus" and name
+  the tag. CPU-only machines have no "gpus" entry, so their tags stay what they were.
+  """
   import platform
   fields = _cpuinfo()
   flags = set(fields.get("flags", "").split())
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
+  info = {"cpu": fields.get("model name") or platform.processor() or platform.machine(),
           "vendor": fields.get("vendor_id", "?"), "isa": ",".join(f for f in ISA_FLAGS if f in flags),
           "visible_cores": cores, "jax": _version("jax"), "jaxlib": _version("jaxlib"),
           "xla_flags": os.environ.get("XLA_FLAGS", "")}
+  gpus = _gpus()
+  if gpus:
+    info["gpus"] = gpus
+  return info
 
 
 def machine_tag(info: dict[str, Any] | None = None) -> str:
   """A directory-safe name for a numerical environment: readable CPU and cores, then a hash of all of it."""
   info = machine() if info is None else info
+  digest = hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()[:6]
+  if info.get("gpus"):        # e.g. "NVIDIA H100 80GB HBM3" x 1 -> nvidia-h100-1g-<digest>
+    words = str(info["gpus"][0]).split()[:2]
+    name = re.sub(r"[^a-z0-9]+", "-", " ".join(words).lower()).strip("-") or "gpu"
+    return f"{name}-{len(info['gpus'])}g-{digest}"
   words = re.sub(r"\((R|TM|tm)\)|CPU|Processor|@.*", " ", str(info["cpu"])).split()[:2]
   name = re.sub(r"[^a-z0-9]+", "-", " ".join(words).lower()).strip("-") or "cpu"
-  digest = hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()[:6]
   return f"{name}-{info['visible_cores']}c-{digest}"
 
 

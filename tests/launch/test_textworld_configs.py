@@ -65,6 +65,24 @@ def test_environments_start_with_the_config_and_prompts_fit(world):
       env.close()
 
 
+@pytest.mark.parametrize("world", list(textworlds.WORLDS))
+def test_sft_demonstrations_fit_the_token_budgets(world):
+  """Every step of the SFT warm start's gold paths (the config's own request) fits the rollout budgets untruncated:
+  the prompt in max_prompt_tokens, the action and EOS in max_new_tokens (the SFT step refuses longer ones)."""
+  from explore_jax import hf
+  from explore_jax.train import warm_start
+  c = textworlds.get_config("gigpo", world)
+  tokenizer = hf.load_tokenizer(TOKENIZER)
+  request = warm_start.request(c, ObservationPrompt(system=c.system_prompt))
+  encoder = PromptTokenizer(tokenizer, c.rollout.max_prompt_tokens)
+  assert len(request.demonstrations) >= c.sft.oracle_episodes
+  for d in request.demonstrations:
+    _, cut = encoder.encode(d["messages"])
+    assert cut == 0, f"{world}: a prompt before {d['response']!r} loses {cut} tokens"
+    response = tokenizer(d["response"], add_special_tokens=False)["input_ids"]
+    assert len(response) + 1 <= c.rollout.max_new_tokens, f"{world}: {d['response']!r} is {len(response)} tokens"
+
+
 @pytest.mark.parametrize("world", ["twx"])
 def test_the_tiny_scale_trains_end_to_end(tmp_path, world):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

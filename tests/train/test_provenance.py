@@ -55,6 +55,25 @@ def test_machine_tag_is_a_stable_directory_name():
     assert provenance.machine_tag({**info, key: value}) != tag, key
   here = provenance.machine_tag()
   assert here == provenance.machine_tag() and os.sep not in here and " " not in here
+  # With GPUs the GPU model names the tag (its arithmetic decides the results); the CPU still counts in the hash.
+  gpu = {**info, "gpus": ["NVIDIA H100 80GB HBM3"]}
+  assert provenance.machine_tag(gpu).startswith("nvidia-h100-1g-")
+  assert provenance.machine_tag(gpu) != provenance.machine_tag({**gpu, "cpu": "AMD EPYC 7B13"})
+
+
+def test_gpus_listed_from_the_driver_unless_jax_is_kept_off_them(tmp_path, monkeypatch):
+  gpus = tmp_path / "gpus" / "0000:00:05.0"
+  gpus.mkdir(parents=True)
+  (gpus / "information").write_text("Model: \t\t NVIDIA H200\nIRQ:   42\n")
+  real_isdir, real_listdir, real_open = os.path.isdir, os.listdir, open
+  redirect = lambda path: str(path).replace("/proc/driver/nvidia/gpus", str(tmp_path / "gpus"))
+  monkeypatch.setattr(os.path, "isdir", lambda path: real_isdir(redirect(path)))
+  monkeypatch.setattr(os, "listdir", lambda path: real_listdir(redirect(path)))
+  monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(redirect(path), *a, **k))
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  assert provenance.machine()["gpus"] == ["NVIDIA H200"]
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  assert "gpus" not in provenance.machine()
 
 
 def test_record_keeps_the_start_and_lists_each_machine_once(tmp_path, monkeypatch):
