@@ -2,8 +2,9 @@
 and ALFWorld, each trained with GRPO or GiGPO (configs/{grpo,gigpo}_<world>.py) at two scales.
 
   tiny   (default) the built-in model on a small setting of the world that a 2-core CPU trains in minutes:
-         few rooms, the valid actions listed in the observation (ALFWorld: the room's receptacles), short episodes; SFT on the world's own gold
-         paths (a disjoint range of training games) first, then RL on a held-in pool of training games;
+         few rooms, the valid actions listed in the observation (ALFWorld: the room's receptacles), short
+         episodes; SFT on the world's own gold paths (a disjoint range of training games) first, then RL on a
+         held-in pool of training games;
          held-out success on the world's held-out split (eval.env_kwargs).
   paper  GiGPO's settings (Feng et al. 2025, ALFWorld; the same recipe for every world): a local
          Qwen2.5-1.5B-Instruct or -7B-Instruct directory the user brings, 16 task groups of 8, 50 steps
