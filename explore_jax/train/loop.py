@@ -29,10 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_jax.actors.pool import ActorPool
+from explore_jax.parallel import distributed
 from explore_jax.train import evaluator as evaluator_lib
 from explore_jax.train import metrics as metrics_lib
 from explore_jax.train import provenance
 from explore_jax.train import rollout
+from explore_jax.train import throughput
 from explore_jax.train.builder import Parts, build
 
 
@@ -44,9 +46,12 @@ def train(config: Any, workdir: str) -> list[dict[str, Any]]:
 def run(parts: Parts) -> list[dict[str, Any]]:
   c, learner, evaluator = parts.config, parts.learner, parts.evaluator
   start = restore_or_init(parts)
+  # Every process computes (the sampling, updates and evaluations are one SPMD program over the global mesh);
+  # process 0 alone writes the run's files: metrics, provenance, summaries, curves. Checkpoints are collective.
+  primary = distributed.is_primary()
   # The machine, and at iteration 0 the bits of the starting policy: which runs share a warm start.
-  provenance.record(parts.workdir, start, learner.state.params if start == 0 else None)
-  writer = metrics_lib.MetricsWriter(parts.workdir, resume_from=start if start > 0 else None)
+  provenance.record(parts.workdir, start, learner.state.params if start == 0 else None, write=primary)
+  writer = metrics_lib.MetricsWriter(parts.workdir, resume_from=start if start > 0 else None, write=primary)
   passk = c.eval.get("passk_samples", 0) > 0
   from tqdm import tqdm
 
@@ -55,7 +60,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   try:
     with parts.make_pool() as pool:
       if passk and start == 0:
-        evaluator.warm_start_pass_at_k(pool, learner.state.params, parts.workdir, parts.warm_start_key(), bar.write)
+        evaluator.warm_start_pass_at_k(pool, learner.state.params, parts.workdir, parts.warm_start_key(), bar.write,
+                                       write=primary)
       if start == 0 and c.eval.every > 0:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
@@ -68,13 +74,16 @@ def run(parts: Parts) -> list[dict[str, Any]]:
           save(parts, n)
         bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['return']:.2f}",
                         tok_s=f"{m['sample_tokens_per_s']:.0f}", sample=f"{m['time_sampling_s']:.1f}s",
-                        env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s")
+                        env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s",
+                        **_throughput_postfix(m))
       if passk:
         bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each training and held-out task")
         trained = evaluator.pass_at_k_sets(pool, learner.state.params, "trained")
   finally:
     bar.close()
     writer.close()
+  if not primary:
+    return writer.history
   if passk:
     warm = evaluator_lib.load_warm_pass_at_k(parts.workdir)
     text = evaluator.write_summary([warm[0], trained[0], warm[1], trained[1]], parts.workdir,
@@ -109,9 +118,22 @@ def iterate(parts: Parts, pool: ActorPool, it: int) -> dict[str, float]:
   if request is not None:
     m.update(learner.sft(request))
   m["time_update_s"] = time.time() - t0
+  devices = list(parts.model.mesh.devices.flat) if parts.model.mesh is not None else jax.devices()
+  m.update(throughput.iteration_metrics(m, parts.model.config,
+                                        throughput.peak_tflops(c.train.get("peak_tflops", 0.0), devices)))
   m["advantage_abs_mean"] = float(jnp.sum(jnp.abs(advantages)) / max(valid.sum(), 1))
   m["groups_kept"] = float(len(set(np.asarray(records.group_id)[valid].tolist())))
   return m
+
+
+def _throughput_postfix(m: dict[str, float]) -> dict[str, str]:
+  """The progress bar's learner figures: tokens/s, and MFU where the devices' peak is known."""
+  out = {}
+  if "throughput/learner_tokens_per_s" in m:
+    out["learn_tok_s"] = f"{m['throughput/learner_tokens_per_s']:.0f}"
+  if "throughput/mfu" in m:
+    out["mfu"] = f"{100 * m['throughput/mfu']:.1f}%"
+  return out
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------

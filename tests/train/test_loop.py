@@ -12,7 +12,7 @@ import pytest
 from explore_jax.train import provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMING = ("time_", "tokens_per_s", "update/grad_norm")  # wall-clock figures differ between runs
+TIMING = ("time_", "tokens_per_s", "update/grad_norm", "throughput/")  # wall-clock figures differ between runs
 
 SMALL = [
     "--config=configs/grpo_keydoor.py",
