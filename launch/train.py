@@ -47,8 +47,9 @@ def main(argv):
     sys.exit(f"error: unknown method {unknown[0]!r} (config.method); registered: "
              f"{', '.join(registered_methods())}; compose them with '+', e.g. sge+rnd")
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
+  if distributed.is_primary():  # process 0 writes the run's files (train/loop.py)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2))
   from explore_jax.train import loop
   from explore_jax.train.builder import build
 

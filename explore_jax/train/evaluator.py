@@ -71,25 +71,31 @@ class Evaluator:
             for split, held in (("train", False), ("held-out", True))]
 
   def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
-                           log: Callable[[str], None] = print) -> None:
+                           log: Callable[[str], None] = print, *, write: bool = True) -> None:
     """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it).
 
     It depends on neither the RL seed nor the method (evaluation carries no method context), so it is also
     cached next to the SFT warm start and shared by every run that evaluates the same warm start the same way.
+    A multi-host run computes it on every process (sampling is one SPMD program) without the cache, which is
+    per host, so that no process skips what the others compute; `write=False` processes write nothing.
     """
     c = self.config
     path = os.path.join(workdir, WARM_PASS_AT_K)
     cache = os.path.join(hf.cache_root(), "pass_at_k", config_hash(
         warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
         c.get("instruction", ""), c.get("system_prompt")) + ".json")
-    if c.sft.enabled and os.path.exists(cache):
+    cached = c.sft.enabled and jax.process_count() == 1
+    if cached and os.path.exists(cache):
       shutil.copyfile(cache, path)
       log(f"[pass@k] warm start: reused {cache}")
       return
     log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
+    sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")]
+    if not write:
+      return
     with open(path, "w") as f:
-      json.dump([e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")], f)
-    if c.sft.enabled:
+      json.dump(sets, f)
+    if cached:
       os.makedirs(os.path.dirname(cache), exist_ok=True)
       shutil.copyfile(path, cache + ".tmp")
       os.replace(cache + ".tmp", cache)

@@ -12,26 +12,31 @@ class MetricsWriter:
   """Appends `{"iteration": i, **scalars}` to workdir/metrics.jsonl and mirrors it to TensorBoard.
 
   Reopening a workdir after a resume drops lines past the restored iteration, so a resumed run's file
-  reads as if it had never stopped.
+  reads as if it had never stopped. With `write=False` (the processes of a multi-host run other than process
+  0) it keeps the history in memory and writes nothing.
   """
 
-  def __init__(self, workdir: str, *, resume_from: Optional[int] = None, tensorboard: bool = True):
+  def __init__(self, workdir: str, *, resume_from: Optional[int] = None, tensorboard: bool = True,
+               write: bool = True):
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.history: list[dict[str, Any]] = []
-    if os.path.exists(self.path):
+    self._write = write
+    if write and os.path.exists(self.path):
       with open(self.path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
       self.history = [r for r in rows if resume_from is not None and r["iteration"] <= resume_from]
       with open(self.path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in self.history)
     self._tb = None
-    if tensorboard:
+    if tensorboard and write:
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def write(self, iteration: int, scalars: Mapping[str, float]) -> None:
     row = {"iteration": int(iteration), **{k: _plain(v) for k, v in scalars.items()}}
     self.history.append(row)
+    if not self._write:
+      return
     with open(self.path, "a") as f:
       f.write(json.dumps(row) + "\n")
     if self._tb is not None:

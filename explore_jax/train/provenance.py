@@ -143,9 +143,10 @@ def load(workdir: str) -> dict[str, Any] | None:
     return None
 
 
-def record(workdir: str, iteration: int, start_params: Any = None) -> dict[str, Any]:
+def record(workdir: str, iteration: int, start_params: Any = None, *, write: bool = True) -> dict[str, Any]:
   """Writes or updates workdir/provenance.json for a run starting (iteration 0, with its starting
-  parameters) or resuming at `iteration` on this machine; returns what it wrote."""
+  parameters) or resuming at `iteration` on this machine; returns what it wrote. In a multi-host run every
+  process calls it (the digest is a computation over the global parameters) and only process 0 writes."""
   info = load(workdir) or {"start_digest": None, "machines": []}
   if start_params is not None:
     info["start_digest"] = params_digest(start_params)
@@ -154,6 +155,8 @@ def record(workdir: str, iteration: int, start_params: Any = None) -> dict[str, 
   last = info["machines"][-1] if info["machines"] else None
   if last is None or {k: v for k, v in last.items() if k != "iteration"} != here:
     info["machines"].append({**here, "iteration": iteration})
+  if not write:
+    return info
   os.makedirs(workdir, exist_ok=True)
   tmp = os.path.join(workdir, FILE + ".tmp")
   with open(tmp, "w") as f:

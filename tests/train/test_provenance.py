@@ -96,3 +96,9 @@ def test_record_keeps_the_start_and_lists_each_machine_once(tmp_path, monkeypatc
 def test_params_digest_names_unsupported_leaves():
   with pytest.raises(ValueError, match="complex64 leaves are not supported"):
     provenance.params_digest({"x": np.zeros(3, np.complex64)})
+
+
+def test_record_of_a_secondary_process_computes_and_writes_nothing(tmp_path):
+  info = provenance.record(str(tmp_path), 0, _tree(), write=False)
+  assert info["start_digest"] == provenance.params_digest(_tree())
+  assert list(tmp_path.iterdir()) == []

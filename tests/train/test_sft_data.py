@@ -68,3 +68,13 @@ def test_metrics_writer_resume_truncates_and_plots(tmp_path):
   assert any(p.name.startswith("events") for p in (tmp_path / "tensorboard").iterdir())
   png = metrics_lib.plot_curves(rows, ["success_rate", "return"], str(tmp_path / "c.png"))
   assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metrics_writer_of_a_secondary_process_keeps_history_and_writes_nothing(tmp_path):
+  (tmp_path / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "success_rate": 0.5}) + "\n")
+  w = metrics_lib.MetricsWriter(str(tmp_path), resume_from=1, write=False)
+  w.write(2, {"success_rate": 0.7})
+  w.close()
+  assert [r["iteration"] for r in w.history] == [2]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # untouched: process 0's file
+  assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
