@@ -13,7 +13,10 @@ launch/train.py when the config asks for pass@k). Prints markdown and, with --ou
                 3. per pair of methods and task set: the difference of means with its bootstrap CI (seeds
                    resampled per method), the permutation p over seeds (the primary test), Welch's t, dof
                    and p (for reference) and the paired sign-flip p over tasks;
-                4. per task set: the tasks where the methods' seed-averaged pass@k differ most.
+                4. per task set: the tasks where the methods' seed-averaged pass@k differ most;
+                5. learning, per method and task set: trained minus warm start pass@1 and pass@k_max of the
+                   same runs, the mean with its bootstrap CI over runs, the exact sign-flip p over runs and
+                   the paired sign-flip p over tasks (does RL improve on the policy it started from?).
   compare.json  the same numbers, plus each method's per-task, seed-averaged pass@k for every k.
   compare.png   training success and held-out success per iteration, mean +- std over seeds.
 
@@ -208,7 +211,39 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
                                                         seed=seed)
           row["tasks"] = int(aligned[a][k].shape[0])
         report["comparisons"].append(row)
+  report["learning"] = learning(by_method, labels, ks, k_max, tasks, confidence=confidence, resamples=resamples,
+                                seed=seed)
   return report
+
+
+def learning(by_method: dict[str, list[tuple[str, dict]]], labels: list[str], ks: list[int], k_max: int,
+             tasks: dict, *, confidence: float, resamples: int, seed: int) -> list[dict]:
+  """Per method and task set X with both "warm start / X" and "trained / X": the per-run differences
+  trained - warm start (each run against its own starting policy), their mean with a bootstrap CI over runs,
+  the exact sign-flip p over runs (the runs are the random unit), and the paired sign-flip p over tasks (the
+  task's run-averaged difference; its unit is the task, given these runs)."""
+  rows = []
+  for method, entries in by_method.items():
+    for label in labels:
+      policy, _, task_set = label.partition(" / ")
+      warm_label = f"warm start / {task_set}"
+      if policy != "trained" or warm_label not in labels:
+        continue
+      for k in sorted({1, k_max}):
+        trained = [float(s[label]["pass_at_k"][str(k)]) for _, s in entries]
+        warm = [float(s[warm_label]["pass_at_k"][str(k)]) for _, s in entries]
+        d = np.subtract(trained, warm)
+        mean, low, high = stats.bootstrap_ci(d, confidence=confidence, resamples=resamples, seed=seed)
+        row = {"method": method, "set": task_set, "k": k, "runs": len(d), "warm_start": float(np.mean(warm)),
+               "trained": float(np.mean(trained)), "difference": mean, "low": low, "high": high,
+               "sign_flip_p": stats.paired_task_test(d, np.zeros_like(d), resamples=resamples, seed=seed),
+               "paired_task_p": None, "tasks": None}
+        a, b = tasks.get((method, label)), tasks.get((method, warm_label))
+        if a is not None and b is not None and a[0] == b[0]:
+          row["paired_task_p"] = stats.paired_task_test(a[1][k], b[1][k], resamples=resamples, seed=seed)
+          row["tasks"] = len(a[0])
+        rows.append(row)
+  return rows
 
 
 def composition(by_method: dict[str, list[tuple[str, dict]]], warm_starts: dict[str, object],
@@ -247,6 +282,7 @@ def within_warm_starts(va: list[float], vb: list[float], strata_a: list, strata_
 def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_table: list[str],
              top_tasks: int) -> str:
   methods, k_max = list(report["methods"]), report["k_max"]
+  ks_table = [k for k in ks_table if int(k) in report["ks"]] or [str(k_max)]  # the k every run has
   conf = f"{100 * report['confidence']:g}%"
   out = ["## pass@k, mean ± sample std over seeds", ""]
   head = ["method", "policy / tasks", "seeds"] + [f"pass@{k}" for k in ks_table] + ["solved≥1", "distinct outcomes"]
@@ -307,6 +343,20 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
     for c in within:
       cells = [c["set"], f"pass@{c['k']}", c["a"], c["b"], " vs ".join(map(str, c["matched_runs"])),
                str(c["warm_starts"]), fmt(c["matched_difference"]), fmt_p(c["within_warm_starts_p"])]
+      out.append("| " + " | ".join(cells) + " |")
+
+  if report.get("learning"):
+    out += ["", "## Learning: trained − warm start, each run against its own starting policy", "",
+            "Does RL improve on the policy it started from? Per run, the trained policy's pass@k minus its warm "
+            "start's, on the same tasks and samples. The sign-flip test over runs treats the runs as the random "
+            "unit (with n runs its smallest p is 2/2^n); the paired test over tasks pairs each task's "
+            "run-averaged success before and after.",
+            "", f"| method | tasks | pass@k | runs | warm start | trained | trained − warm [{conf} CI] "
+            "| sign-flip p (runs) | paired p (tasks) |", "|" + "---|" * 9]
+    for r in report["learning"]:
+      cells = [r["method"], r["set"], f"pass@{r['k']}", str(r["runs"]), fmt(r["warm_start"]), fmt(r["trained"]),
+               fmt_ci(r["difference"], r["low"], r["high"]), fmt_p(r["sign_flip_p"]),
+               fmt_p(r["paired_task_p"]) + (f" ({r['tasks']} tasks)" if r["tasks"] else "")]
       out.append("| " + " | ".join(cells) + " |")
 
   missing = [label for label in report["sets"] if label not in report["per_task"]]

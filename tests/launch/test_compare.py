@@ -217,3 +217,31 @@ def test_within_warm_starts_uses_only_the_warm_starts_both_methods_share(tmp_pat
   assert sge_abl["difference"] == pytest.approx(np.mean(values["sge", "m1"] + values["sge", "m2"]) - 0.4075)
   assert within["grpo", "abl"]["within_warm_starts_p"] is None  # no warm start in common
   assert "| trained / train | pass@1 | sge | abl | 4 vs 4 | 2 | 0.050 |" in out
+
+
+def test_learning_compares_each_run_with_its_own_warm_start(tmp_path):
+  """Three runs on tasks 1 and 2 with 4 samples each; successes (warm start -> trained) per task:
+  run 0 [1, 2] -> [2, 3], run 1 [1, 2] -> [2, 2], run 2 [2, 2] -> [2, 3]."""
+  counts = [([1, 2], [2, 3]), ([1, 2], [2, 2]), ([2, 2], [2, 3])]
+  dirs = []
+  for i, (warm, trained) in enumerate(counts):
+    summary = {}
+    for policy, successes in (("warm start", warm), ("trained", trained)):
+      e = evaluation.TaskSetEval(f"{policy} / held-out", [1, 2], np.full(2, 4), np.array(successes), np.ones(2))
+      summary[e.label] = {**e.to_dict(range(1, 5)), "per_task": e.to_json()}
+    dirs.append(tmp_path / f"run{i}")
+    _write_run(dirs[-1], "gigpo", summary)
+  out = _compare(*dirs, "--resamples=4000", f"--output={tmp_path / 'cmp'}")
+  row = next(r for r in json.load(open(tmp_path / "cmp" / "compare.json"))["learning"] if r["k"] == 1)
+  # pass@1 = successes / 8 per run: warm .375, .375, .5; trained .625, .5, .625; differences .25, .125, .125.
+  assert (row["warm_start"], row["trained"]) == pytest.approx((1.25 / 3, 1.75 / 3))
+  assert row["difference"] == pytest.approx(0.5 / 3)
+  # Bootstrap over three runs: a resample is all .125 with probability 8/27 and all .25 with 1/27, both > 2.5%.
+  assert (row["low"], row["high"]) == pytest.approx((0.125, 0.25))
+  # Sign flips over runs: only +++ and --- reach |mean| >= 1/6: p = 2/8.
+  assert row["sign_flip_p"] == pytest.approx(0.25)
+  # Over tasks: run-averaged differences (6 - 4) / 12 and (8 - 6) / 12; ++ and -- reach, +- and -+ give 0: p = 2/4.
+  assert row["paired_task_p"] == pytest.approx(0.5) and row["tasks"] == 2
+  assert "| gigpo | held-out | pass@1 | 3 | 0.417 | 0.583 | 0.167 [0.125, 0.250] | 0.250 | 0.500 (2 tasks) |" in out
+  # The default --ks (1, 2, 4, 8, 16) keeps only the k every run has.
+  assert "pass@8" not in out.split("## Mean over seeds")[0]
