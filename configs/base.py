@@ -21,6 +21,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.param_dtype = "float32"  # "bfloat16" on accelerators
   c.model.dtype = "float32"        # compute dtype; logits and softmax stay float32
   c.model.remat = False            # rematerialise layers in the backward pass
+  # LoRA (Hu et al. 2021): rank r > 0 freezes the checkpoint and trains W + (alpha / r) A B on the target modules
+  # (Hugging Face names, or "all-linear"); warm start, RL and checkpoints then hold only the adapters.
+  # Export: python launch/export.py --config=... --run=<run dir> [--merged]
+  c.model.lora = ml_collections.ConfigDict()
+  c.model.lora.rank = 0            # r; 0: no LoRA, every weight trains
+  c.model.lora.alpha = 32.0        # alpha
+  c.model.lora.target_modules = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+  c.model.lora.seed = 0            # A's initialisation (part of the starting policy, not the RL seed)
 
   # Devices: mesh axes (data, fsdp, tensor), -1 takes the rest; the rules map logical axes to them.
   c.mesh = ml_collections.ConfigDict()
@@ -98,6 +106,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.num_iterations = 50
+  c.train.peak_tflops = 0.0      # per-device peak for MFU; 0: the device kind's (train/throughput.py), none on CPU
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every = 5               # iterations between evaluations; 0 disables

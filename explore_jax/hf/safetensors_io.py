@@ -114,6 +114,11 @@ def write_checkpoint(directory: str, tensors: Iterable[tuple[str, tuple[int, ...
   return names
 
 
+def write_file(path: str, tensors: dict[str, np.ndarray]) -> None:
+  """One safetensors file of in-memory arrays, for outputs small enough to hold at once (LoRA adapters)."""
+  _write_file(path, [(name, arr.shape, arr.dtype) for name, arr in tensors.items()], tensors.__getitem__)
+
+
 def _write_file(path: str, shard, produce) -> None:
   header: dict = {"__metadata__": {"format": "pt"}}
   offset = 0

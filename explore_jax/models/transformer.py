@@ -9,6 +9,8 @@ Parameters are a plain pytree of arrays, layers stacked on a leading axis and ru
   layers/gate, up [L, embed, mlp]         layers/down [L, mlp, embed]
 
 `Model.param_axes()` gives the same tree of logical axis names, which the sharding rules map to the mesh.
+An optional `params["lora"]` subtree holds LoRA adapters on these leaves (models/lora.py: `adapted`), whose
+outputs the projections add.
 
 Attention works in cache *slots*: a query in slot i sees keys in slots j <= i that are valid. Without a
 cache the slots are the T input positions; with one, the T new tokens are written at slots
@@ -216,11 +218,13 @@ class Model:
     x = self._constrain(x, ("batch", "length", "act_embed"))
     inv_freq = rope_inv_freq(c)
 
-    def attention_inputs(x, lp):
+    adapters = params.get("lora", {})
+
+    def attention_inputs(x, lp, la):
       h = _rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
-      q = jnp.einsum("bte,ehd->bthd", h, lp["q"].astype(dt))
-      k = jnp.einsum("bte,ehd->bthd", h, lp["k"].astype(dt))
-      v = jnp.einsum("bte,ehd->bthd", h, lp["v"].astype(dt))
+      q = _dense("bte,ehd->bthd", h, lp, la, "q", dt)
+      k = _dense("bte,ehd->bthd", h, lp, la, "k", dt)
+      v = _dense("bte,ehd->bthd", h, lp, la, "v", dt)
       if c.qkv_bias:
         q, k, v = q + lp["q_bias"].astype(dt), k + lp["k_bias"].astype(dt), v + lp["v_bias"].astype(dt)
       if c.qk_norm:
@@ -230,34 +234,35 @@ class Model:
       # Keys and values head-major, [B, K, T, D]: the layout of the cache and of the attention dots.
       return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
-    def attention_out_and_mlp(x, lp, attn):
+    def attention_out_and_mlp(x, lp, la, attn):
       attn = self._constrain(attn, ("batch", "length", "q_heads", "head_dim"))
-      x = x + jnp.einsum("bthd,hde->bte", attn, lp["o"].astype(dt))
+      x = x + _dense("bthd,hde->bte", attn, lp, la, "o", dt)
       x = self._constrain(x, ("batch", "length", "act_embed"))
       h = _rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
-      gate = jnp.einsum("bte,ef->btf", h, lp["gate"].astype(dt))
-      up = jnp.einsum("bte,ef->btf", h, lp["up"].astype(dt))
+      gate = _dense("bte,ef->btf", h, lp, la, "gate", dt)
+      up = _dense("bte,ef->btf", h, lp, la, "up", dt)
       act = self._constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
-      x = x + jnp.einsum("btf,fe->bte", act, lp["down"].astype(dt))
+      x = x + _dense("btf,fe->bte", act, lp, la, "down", dt)
       return self._constrain(x, ("batch", "length", "act_embed"))
 
     if cache is None:
-      def layer(x, lp):
-        q, k, v = attention_inputs(x, lp)
-        return attention_out_and_mlp(x, lp, _attention(q, k, v, visible)), None
+      def layer(x, layer_params):
+        lp, la = layer_params
+        q, k, v = attention_inputs(x, lp, la)
+        return attention_out_and_mlp(x, lp, la, _attention(q, k, v, visible)), None
 
       if c.remat:
         layer = jax.checkpoint(layer, prevent_cse=False)
-      x, _ = jax.lax.scan(layer, x, params["layers"])
+      x, _ = jax.lax.scan(layer, x, (params["layers"], adapters))
       new_cache = None
     else:
       ks, vs = list(cache.k), list(cache.v)
       for i in range(c.num_layers):
-        lp = jax.tree.map(lambda p, i=i: p[i], params["layers"])
-        q, k, v = attention_inputs(x, lp)
+        lp, la = jax.tree.map(lambda p, i=i: p[i], (params["layers"], adapters))
+        q, k, v = attention_inputs(x, lp, la)
         ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
         vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
-        x = attention_out_and_mlp(x, lp, _attention(q, ks[i], vs[i], visible))
+        x = attention_out_and_mlp(x, lp, la, _attention(q, ks[i], vs[i], visible))
       new_cache = KVCache(k=tuple(ks), v=tuple(vs), mask=key_mask, index=start + T)
 
     hidden = _rms_norm(x, params["final_norm"], c.rms_norm_eps)
@@ -266,6 +271,16 @@ class Model:
     logits = jnp.einsum("bte,ev->btv", scored, head.astype(dt), preferred_element_type=jnp.float32)
     logits = self._constrain(logits, ("batch", "length", "vocab"))
     return ModelOutput(logits=logits, cache=new_cache, hidden=hidden if return_hidden else None)
+
+
+def _dense(equation: str, x: jax.Array, lp: Params, la: Params, name: str, dt: Any) -> jax.Array:
+  """x W by `equation`, plus (x A) B when the layer's LoRA adapters `la` target W: A [*in, r] contracts the
+  axes W takes in, B [r, *out] gives W's outputs. Two rank-r dots, so no [in, out] matrix is formed."""
+  y = jnp.einsum(equation, x, lp[name].astype(dt))
+  if name in la:
+    a, b = la[name]["a"].astype(dt), la[name]["b"].astype(dt)
+    y = y + jnp.tensordot(jnp.tensordot(x, a, axes=a.ndim - 1), b, axes=1)
+  return y
 
 
 def _attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:

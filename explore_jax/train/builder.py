@@ -23,6 +23,7 @@ from explore_jax.actors.pool import ActorPool
 from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
 from explore_jax.models import Model
+from explore_jax.models import lora as lora_lib
 from explore_jax.parallel import make_mesh
 from explore_jax.parallel.sharding import rules_from_config
 from explore_jax.replay import RecordSpec
@@ -61,11 +62,12 @@ class Parts:
     return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.server.response_len)
 
   def warm_start_params(self, log=print) -> Any:
-    """The SFT warm start of the config (cached), or the starting checkpoint's parameters without one."""
+    """The SFT warm start of the config (cached), or the learner's initial parameters without one (with LoRA,
+    adapters: the warm start then trains only them)."""
     return warm_start.warm_start_params(
         self.config, self.model, self.learner.initial_params, self.learner.shardings.params, self.tokenizer,
         self.method.prompt_hook(), checkpoint_dir=self.checkpoint_dir, prompt_len=self.server.prompt_len,
-        response_len=self.server.response_len, log=log)
+        response_len=self.server.response_len, log=log, lora=self.learner.lora, base=self.learner.base_params)
 
   def make_pool(self) -> ActorPool:
     c = self.config.rollout
@@ -84,6 +86,7 @@ def build(config: Any, workdir: str) -> Parts:
   pre = hf.load_pretrained(checkpoint_dir, param_dtype=config.model.param_dtype, dtype=config.model.dtype,
                            mesh=mesh, rules=rules)
   model = Model(pre.config.replace(remat=config.model.remat), mesh=mesh, rules=rules)
+  lora = lora_lib.from_config(config.model.get("lora"))  # None: every weight trains
   method = make_method(config)
   check_environments(config)
   tokenizer = pre.tokenizer
@@ -98,7 +101,8 @@ def build(config: Any, workdir: str) -> Parts:
                     intrinsic_names=method.intrinsic_names, extras=method.record_fields(ctx))
   server = InferenceServer(model=model, tokenizer=tokenizer, pad_id=pad_id, prompt_len=r.max_prompt_tokens,
                            response_len=r.max_new_tokens, max_steps=max_steps,
-                           batch_size=r.num_actors * r.envs_per_actor)
+                           batch_size=r.num_actors * r.envs_per_actor, lora=lora,
+                           base_params=pre.params if lora is not None else None)
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
   delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]
   train_sampling = sampling.make_sampling_params(method.temperatures(), delimiters, eos_ids=eos, top_p=r.top_p)
@@ -106,7 +110,7 @@ def build(config: Any, workdir: str) -> Parts:
                                                 eos_ids=eos, top_p=r.top_p)
   learner = Learner(config, model, method, pre.params, ctx, jax.random.fold_in(key, AUX_INIT_STREAM),
                     tokenizer=tokenizer, prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens,
-                    max_steps=max_steps)
+                    max_steps=max_steps, lora=lora)
   return Parts(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, tokenizer=tokenizer, model=model,
                method=method, spec=spec, server=server, learner=learner,
                evaluator=Evaluator(config, server, eval_sampling, key), train_sampling=train_sampling,

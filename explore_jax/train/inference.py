@@ -9,6 +9,9 @@ A row's randomness is keyed by its (episode, step), so a response does not depen
 its batch, and neither does its prompt width: prompts are sampled at their own length rounded up to 64
 (a few compiled widths, far less prefill than max_prompt_tokens). A method's generation after the episode
 (`PromptRequest.final`, EMPO2's tip) is sampled like any step, at step index = the episode's length.
+
+With LoRA (`lora`, `base_params`), the params a caller binds are the policy's adapters: `bind` merges them into
+the frozen base once (models/lora.py: `merge`), so sampling and embedding run the plain model's computation.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from explore_jax import sampling
 from explore_jax.actors.protocol import PromptRequest, Response
 from explore_jax.models import Model
+from explore_jax.models import lora as lora_lib
 
 _WIDTH_BUCKET = 64
 
@@ -38,10 +42,17 @@ class InferenceServer:
   response_len: int
   max_steps: int
   batch_size: int
+  lora: Optional[lora_lib.LoraConfig] = None  # the policy's params are adapters on `base_params`
+  base_params: Any = None
+
+  def policy_params(self, params: Any) -> Any:
+    """The plain params tree of the policy whose trainable params are `params` (merged with LoRA)."""
+    return params if self.lora is None else lora_lib.merge(self.base_params, params, self.lora)
 
   def bind(self, params: Any, key: jax.Array, params_sampling: sampling.SamplingParams, version: int,
            features: bool = False) -> tuple[Callable, Callable]:
     """(policy_fn, embed_fn) for ActorPool.run, sampling with `params` from streams of `key`."""
+    params = self.policy_params(params)
     return (functools.partial(self.policy_fn, params=params, key=key, params_sampling=params_sampling,
                               version=version, features=features),
             functools.partial(self.embed_fn, params=params))

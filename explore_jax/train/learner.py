@@ -8,6 +8,10 @@
   sft          SFT requests on the policy's own parameters (the warm start is one, at iteration 0)
   checkpoint   {"train": policy, "aux": {name: aux state}, "method": method arrays} in one orbax step,
                every leaf with its sharding; the method's JSON state in the step's metadata
+  LoRA         with config.model.lora, the starting checkpoint is frozen (`base_params`) and the policy's
+               trainable parameters are LoRA adapters (models/lora.py): the train state, its optimizer state
+               and checkpoints hold only them, and so does every "params" the loop hands around (the
+               sampler merges them into the base, train/inference.py)
 
 A learner never talks to actors: the loop hands it records.
 """
@@ -15,6 +19,7 @@ A learner never talks to actors: the loop hands it records.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable, Optional
 
 import jax
@@ -24,6 +29,7 @@ import numpy as np
 from explore_jax.methods import Method
 from explore_jax.methods.base import BuildContext, SFTRequest
 from explore_jax.models import Model
+from explore_jax.models import lora as lora_lib
 from explore_jax.rl.advantages import RecordLayout, StepRecords, get_advantage_estimator, intern_keys
 from explore_jax.train import aux_models as aux_lib
 from explore_jax.train import checkpoint, sft, sft_data
@@ -44,16 +50,24 @@ class Learner:
   """Policy and aux-model updates on records (see the module docstring)."""
 
   def __init__(self, config: Any, model: Model, method: Method, initial_params: Any, ctx: BuildContext,
-               key: jax.Array, *, tokenizer: Any, prompt_len: int, response_len: int, max_steps: int):
+               key: jax.Array, *, tokenizer: Any, prompt_len: int, response_len: int, max_steps: int,
+               lora: Optional[lora_lib.LoraConfig] = None):
+    """`initial_params` are the starting checkpoint's; with `lora` they stay frozen as `base_params` and
+    `initial_params` become fresh adapters (equal to the base as a policy)."""
     self.config, self.model, self.method = config, model, method
-    self.initial_params, self.tokenizer = initial_params, tokenizer
+    self.tokenizer, self.lora = tokenizer, lora
+    self.base_params = initial_params if lora is not None else None
     self.prompt_len, self.response_len, self.max_steps = prompt_len, response_len, max_steps
     o = config.optimizer
     self.optimizer = state_lib.make_optimizer(o.learning_rate, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2,
                                               eps=o.eps, max_grad_norm=o.max_grad_norm, warmup_steps=o.warmup_steps)
-    self.shardings = state_lib.state_shardings(model, self.optimizer, model.mesh, model.rules)
+    self.shardings = state_lib.state_shardings(model, self.optimizer, model.mesh, model.rules, lora)
+    if lora is not None:
+      initial_params = jax.jit(lambda: lora_lib.init(model.config, lora), out_shardings=self.shardings.params)()
+    self.initial_params = initial_params
     self.loss_config = method.loss_config()
-    self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings)
+    self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
+                                base=self.base_params)
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None
@@ -64,6 +78,10 @@ class Learner:
     """The policy starts from `params` (the warm start); the KL term, when on, is measured against them."""
     self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
     self.reference_params = params if self.reference_logprobs is not None else None
+
+  def model_params(self, params: Any) -> Any:
+    """What `Model.apply` takes for the trainable `params`: themselves, or the base with the adapters."""
+    return params if self.lora is None else lora_lib.adapted(self.base_params, params, self.lora)
 
   def aux_params(self) -> dict[str, Any]:
     return {name: model.params for name, model in self.aux.items()}
@@ -163,11 +181,19 @@ class Learner:
       return {"update_skipped_no_signal": 1.0}
     batch = _trim_prompt_padding(batch, valid_idx)
     if self.reference_logprobs is not None:
-      batch = {**batch, "ref_logprobs": self.reference_logprobs(self.reference_params, batch)}
+      # Through the host: the jitted result is committed to the mesh (replicated), which the step's batch
+      # sharding would reject on more than one device; uncommitted, it is placed like the other batch arrays.
+      ref = self.reference_logprobs(self.model_params(self.reference_params), batch)
+      batch = {**batch, "ref_logprobs": jnp.asarray(jax.device_get(ref))}
     rng = np.random.default_rng([self.config.seed, iteration, MINIBATCH_STREAM])
     M = c.minibatch_size
+    # Real tokens per row (prompt + response) and causal (query, key) pairs among them: the work counted by
+    # train/throughput.py; every epoch sees each valid row once.
+    lengths = (np.asarray(batch["prompt_mask"])[valid_idx].sum(1).astype(np.float64)
+               + np.asarray(batch["response_mask"])[valid_idx].sum(1))
     sums: dict[str, float] = {}
     count = 0
+    t0 = time.perf_counter()
     for _ in range(c.epochs):
       order = rng.permutation(valid_idx)
       for start in range(0, len(order), M):
@@ -180,7 +206,10 @@ class Learner:
         for k, v in jax.device_get(m).items():
           sums[k] = sums.get(k, 0.0) + float(v)
         count += 1
-    return {f"update/{k}": v / count for k, v in sums.items()} | {"update/minibatches": float(count)}
+    return {f"update/{k}": v / count for k, v in sums.items()} | {
+        "update/minibatches": float(count), "time_policy_update_s": time.perf_counter() - t0,
+        "update/tokens": float(c.epochs * lengths.sum()),
+        "update/attention_pairs": float(c.epochs * (lengths * (lengths + 1) / 2).sum())}
 
   def train_aux(self, phase: str, records: Any) -> dict[str, float]:
     """Trains every aux model whose phase this is on the records."""
@@ -193,16 +222,18 @@ class Learner:
   def sft(self, request: SFTRequest, progress: Optional[Callable[[int, float], None]] = None) -> dict[str, float]:
     """Runs an SFT request on the policy's parameters; the RL optimizer's state is kept."""
     params, losses = finetune(self.model, self.state.params, request, self.tokenizer, self.prompt_len,
-                              self.response_len, progress=progress)
+                              self.response_len, progress=progress, lora=self.lora, base=self.base_params)
     self.state = self.state.replace(params=jax.device_put(params, self.shardings.params))
     return {f"{request.label}/loss_first": losses[0], f"{request.label}/loss_last": float(np.mean(losses[-10:])),
             f"{request.label}/steps": float(len(losses))}
 
 
 def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, prompt_len: int, response_len: int,
-             *, progress: Optional[Callable[[int, float], None]] = None) -> tuple[Any, list[float]]:
+             *, progress: Optional[Callable[[int, float], None]] = None, lora: Optional[lora_lib.LoraConfig] = None,
+             base: Any = None) -> tuple[Any, list[float]]:
   """`request.steps` next-token steps on its demonstrations from `params` under a fresh AdamW; returns the
-  new params and the per-step losses. `progress(step, loss)` is called after each step."""
+  new params and the per-step losses. `progress(step, loss)` is called after each step. With `lora`,
+  `params` (and the result) are adapters on the frozen `base`."""
   if not request.demonstrations:
     raise ValueError(f"SFT request {request.label!r} has no demonstrations")
   demos = list(request.demonstrations)
@@ -211,9 +242,9 @@ def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, pro
   first = int(np.argmax(arrays["attention_mask"].any(0))) // 16 * 16
   arrays = {k: v[:, first:] for k, v in arrays.items()}
   opt = state_lib.make_optimizer(request.learning_rate, max_grad_norm=1.0)
-  sh = state_lib.state_shardings(model, opt, model.mesh, model.rules)
+  sh = state_lib.state_shardings(model, opt, model.mesh, model.rules, lora)
   st = state_lib.create_train_state(params, opt, sh)
-  step = sft.make_train_step(model, opt, sh)
+  step = sft.make_train_step(model, opt, sh, lora=lora, base=base)
   rng = np.random.default_rng([request.seed, SFT_STREAM])
   losses = []
   for i in range(request.steps):

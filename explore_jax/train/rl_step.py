@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from explore_jax.models import lora as lora_lib
 from explore_jax.models.transformer import Model
 from explore_jax.rl.losses import PolicyLossConfig, policy_loss
 from explore_jax.sampling import response_logprobs
@@ -52,7 +53,9 @@ def make_reference_logprobs(model: Model) -> Callable[[Any, Batch], jax.Array]:
 
 
 def make_rl_step(model: Model, optimizer: optax.GradientTransformation, loss_config: PolicyLossConfig,
-                 state_shardings: Optional[TrainState] = None) -> Callable:
-  """`step(state, batch) -> (state, metrics)`: the shared update step (`sft.make_train_step`) on `rl_loss`."""
+                 state_shardings: Optional[TrainState] = None, *, lora: Optional[lora_lib.LoraConfig] = None,
+                 base: Any = None) -> Callable:
+  """`step(state, batch) -> (state, metrics)`: the shared update step (`sft.make_train_step`) on `rl_loss`
+  (with `lora`, of the adapters on the frozen `base`)."""
   return sft.make_train_step(model, optimizer, state_shardings,
-                             loss_fn=functools.partial(rl_loss, loss_config=loss_config))
+                             loss_fn=functools.partial(rl_loss, loss_config=loss_config), lora=lora, base=base)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from explore_jax.models import lora as lora_lib
 from explore_jax.models.transformer import Model
 from explore_jax.parallel import sharding
 
@@ -34,11 +35,14 @@ def make_optimizer(learning_rate: float, *, weight_decay: float = 0.0, b1: float
 
 
 def state_shardings(model: Model, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    rules: sharding.Rules) -> TrainState:
+                    rules: sharding.Rules, lora: Optional[lora_lib.LoraConfig] = None) -> TrainState:
   """NamedShardings of every leaf: params by their logical axes, optimizer moments like their params,
-  scalars (step, Adam's count) replicated."""
-  shapes = model.param_shapes()
-  param_sh = sharding.tree_shardings(mesh, model.param_axes(), rules, shapes)
+  scalars (step, Adam's count) replicated. With `lora` the trained params are its adapters."""
+  if lora is None:
+    shapes, axes = model.param_shapes(), model.param_axes()
+  else:
+    shapes, axes = lora_lib.shapes(model.config, lora), lora_lib.axes(model.config, lora)
+  param_sh = sharding.tree_shardings(mesh, axes, rules, shapes)
   replicated = NamedSharding(mesh, P())
   opt_shapes = jax.eval_shape(optimizer.init, shapes)
   opt_sh = optax.tree_map_params(optimizer, lambda _, s: s, opt_shapes, param_sh,

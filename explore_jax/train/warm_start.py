@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import dataclasses
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 
 from explore_jax import hf
 from explore_jax.methods.base import SFTRequest
+from explore_jax.models import lora as lora_lib
 from explore_jax.train import checkpoint, sft_data
 from explore_jax.train.learner import finetune
 
@@ -26,9 +28,12 @@ def config_hash(*parts: Any) -> str:
 
 
 def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
-  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout."""
+  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout, and with
+  LoRA its adapters' shape and seed (only then, so the keys of existing warm starts stay what they were)."""
+  lora = lora_lib.from_config(config.model.get("lora"))
   return config_hash(checkpoint_dir, config.sft.to_dict(), config.env.to_dict(), prompt_len, response_len,
-                     config.get("system_prompt"), config.get("instruction", ""))
+                     config.get("system_prompt"), config.get("instruction", ""),
+                     *([dataclasses.asdict(lora)] if lora is not None else []))
 
 
 def request(config: Any, prompt_hook: Callable) -> SFTRequest:
@@ -44,8 +49,10 @@ def request(config: Any, prompt_hook: Callable) -> SFTRequest:
 
 def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: Any, tokenizer: Any,
                       prompt_hook: Callable, *, checkpoint_dir: str, prompt_len: int, response_len: int,
-                      log: Callable[[str], None] = print) -> Any:
-  """The policy's parameters after the warm start (the initial ones when config.sft is off)."""
+                      log: Callable[[str], None] = print, lora: Optional[lora_lib.LoraConfig] = None,
+                      base: Any = None) -> Any:
+  """The policy's parameters after the warm start (the initial ones when config.sft is off). With `lora`
+  they are adapters on the frozen `base`, and the warm start trains only them."""
   if not config.sft.enabled:
     return initial_params
   from tqdm import tqdm
@@ -64,7 +71,8 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}")
 
-      params, losses = finetune(model, initial_params, req, tokenizer, prompt_len, response_len, progress=progress)
+      params, losses = finetune(model, initial_params, req, tokenizer, prompt_len, response_len, progress=progress,
+                                lora=lora, base=base)
     log(f"[sft] {req.steps} steps on {len(req.demonstrations)} demonstrations: loss {losses[0]:.3f} -> "
         f"{sum(losses[-10:]) / len(losses[-10:]):.3f} ({time.time() - t0:.0f}s); cached in {cache}")
     ck.save(0, params, metadata={"losses": losses[-10:], "demonstrations": len(req.demonstrations)})

@@ -402,3 +402,23 @@ def test_policy_sized_aux_model_trains_q_keeps_the_prior_and_shards_like_the_pol
   assert len(moments) == 2 and all(leaf.sharding == aux.params["q"]["layers"]["gate"].sharding for _, leaf in moments)
   assert not any("['prior']" in jax.tree_util.keystr(path)
                  for path, _ in jax.tree_util.tree_leaves_with_path(aux.state.opt_state))
+
+
+# ---- throughput counts ------------------------------------------------------------------------------------
+
+def test_update_counts_the_real_tokens_and_attention_pairs_it_trained_on(parts):
+  """train/throughput.py's inputs: every epoch sees each valid row's prompt and response tokens once; padding
+  rows and padding columns are not counted."""
+  c = _config_like(parts, epochs=2)
+  prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
+  results = [_episode(0, 0, [0.0, 1.0], prompts=prompts[:2]), _episode(0, 1, [0.0], prompts=prompts[2:])]
+  records = rollout.to_records(parts.spec, parts.method, results, 0, max_steps=10, pad_to=5)
+  learner = _learner(parts, parts.method, c)
+  learner.init(parts.learner.initial_params)
+  valid = np.asarray(records.valid)
+  assert valid.sum() == 3
+  m = learner.update(learner.update_batch(records, jnp.ones(5, jnp.float32), valid, 0), 0)
+  lengths = np.asarray([len(p) + 2 for p in prompts], np.float64)  # every response is 2 tokens (_response)
+  assert m["update/tokens"] == 2 * lengths.sum() == 2 * (7 + 4 + 5)
+  assert m["update/attention_pairs"] == 2 * (lengths * (lengths + 1) / 2).sum()
+  assert m["time_policy_update_s"] > 0
