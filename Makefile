@@ -37,10 +37,11 @@ bench: $(VENV)/.installed-dev
 clean:
 	rm -rf $(VENV) runs .pytest_cache
 
-# A protocol (configs/protocols/*.py): every arm x warm start x seed on this machine, one run at a time,
-# resumable (also from the recorded results of a fresh clone); every machine's runs compared per arm in
-# runs/protocol/<name>/compare/, and this machine's finished runs copied to docs/results/protocol/<name>/<machine>/
-# (to commit). Extra flags: make protocol SWEEP_ARGS="--dry_run" (or --only=, --max_runs=).
+# A protocol or sweep file (configs/protocols/*.py, configs/sweeps/*.py): every arm x warm start x seed on this
+# machine, one run at a time, resumable (also from the recorded results of a fresh clone); every machine's runs
+# compared per arm in runs/protocol/<name>/compare/, and this machine's finished runs copied to
+# docs/results/protocol/<name>/<machine>/ (to commit). Extra flags: make protocol SWEEP_ARGS="--dry_run" (or
+# --only=, --max_runs=, --parallel=2, --tpu=NAME --zone=Z --bucket=B).
 PROTOCOL ?= configs/protocols/sge_coding.py
 PROTOCOL_NAME = $(basename $(notdir $(PROTOCOL)))
 .PHONY: protocol

@@ -1,17 +1,36 @@
-"""Runs a protocol: every arm over the same warm starts and RL seeds, one run at a time, then compares arms.
+"""Runs a sweep: every arm over the same warm starts and RL seeds, here (one run at a time, or --parallel=N) or
+on a Cloud TPU slice (--tpu), resumable, comparing the arms after every run.
 
   python launch/sweep.py --protocol=configs/protocols/sge_coding.py --root=runs/protocol/sge_coding
+  python launch/sweep.py --sweep=configs/sweeps/sge_ablations.py --root=runs/sweeps/sge_ablations  # = --protocol
   python launch/sweep.py ... --dry_run          # the planned commands; which runs are complete / partial / pending
   python launch/sweep.py ... --only=sge,grpo    # only these arms
   python launch/sweep.py ... --max_runs=3       # stop after 3 launches (a time-boxed session); run again to go on
+  python launch/sweep.py ... --parallel=2       # two runs at a time, each its own process
+  python launch/sweep.py ... --tpu=ej --zone=us-east5-a --bucket=my-bucket   # every run on the slice, in turn
   python launch/sweep.py ... --record=docs/results/protocol/sge_coding   # copy each finished run's results there
 
-A protocol file defines `get_protocol()` returning a dict (or ConfigDict):
-  arms         [{"name": ..., "config": "configs/x.py[:variant]" (relative to the repo),
+A sweep file (a protocol: configs/protocols/, configs/sweeps/) defines `get_protocol()` returning a dict (or a
+ConfigDict, whose keys cannot hold the dots of product/zip keys):
+  arms         [{"name": ..., "config": "configs/x.py[:variant]" (relative to the repo; default: `config`),
                  "overrides": ["--config.a.b=v", ...]}, ...]
+  config       the config file[:variant] of the arms that `product` and `zip` make
+  product      {"config.a.b": [v1, v2], "config.c": {"label1": v1, "label2": v2}, ...}: an arm for every
+               combination of the axes' values (the first axis varies slowest)
+  zip          {"config.a.b": [v1, v2], "config.c.d": [w1, w2]}: values that go together, one row per arm (equal
+               lengths); with `product`, the rows are one more axis of it (the last)
   seeds        RL seeds (a list, or a count n for 0..n-1): --config.seed=S
   warm_starts  warm-start seeds (list or count): --config.sft.seed=W; runs with the same W share the cached warm start
   overrides    ["--config.a.b=v", ...] common to every arm (iterations, tasks)
+`arms`, `product` and `zip` may come together (explicit arms first). An arm that product/zip makes has the
+overrides --config.a.b=v of its values (scalars: bool, int, float, str), and its name joins its values in axis
+order with "_": a label where the axis gives {label: value}, else key=value with the key's last part (more
+parts where two axes share it) and the value's characters other than letters, digits and . = + - made "-".
+  {"config": "configs/sge_coding.py",
+   "product": {"config.sge.p_failure": [0, 0.25], "config.rl.loss.eps_high": [0.2, 0.28]}}
+makes p_failure=0_eps_high=0.2, p_failure=0_eps_high=0.28, p_failure=0.25_eps_high=0.2 and
+p_failure=0.25_eps_high=0.28. Axis keys must be fields of `config` (checked by loading it), not set by the sweep
+(seeds) nor by `overrides`.
 
 Run (arm, W, S) lives in root/<machine>/<arm>/ws<W>_seed<S> and is launch/train.py with --workdir and the
 overrides, run from the repository root. <machine> is this machine's numerical environment
@@ -25,6 +44,26 @@ started again with the same command continues where it stopped. A failed run (no
 the tail of its stderr and the sweep goes on; the exit status is non-zero if any run failed. After every
 completed run and at the end, launch/compare.py compares all complete runs, grouped by arm, into root/compare/.
 
+--parallel=N keeps N runs going, each its own process, started in the same order; their output goes to each
+run's sweep_stdout.log and sweep_stderr.log (with N = 1 it also passes through, as before). A run waits while
+another run of its warm start W is going, unless its own arm already has a run of W with a checkpoint (the
+SFT warm start is then cached; two runs computing it at once would both write its cache entry), and the next
+run that may start goes first meanwhile (may_start): runs side by side come from different warm starts, or
+from one already cached. Comparisons and records are made by the sweep alone, after each run ends, from the
+runs that have ended (never from one still writing), and a --record directory is locked while written.
+
+--tpu=NAME --zone=Z runs every run on that slice, one at a time, through `launch/tpu.py run --wait --fetch`
+(set the slice up with tpu.py create and setup first): it starts the run on every worker unless worker 0 says
+it is running or complete, waits for summary.json in the run's directory on the slice, gs://B/sweeps/<root
+name>/<machine>/<arm>/ws<W>_seed<S> with --bucket=B (needed by multi-host slices, whose workers share no disk),
+else sweeps/<root name>/... under ~/explore_jax on worker 0, and copies the run's small files back into its
+directory here, where completion, resuming and comparing then work as for local runs. <machine> defaults to
+the slice's name. --dry_run prints each run's tpu.py command line (tpu.py run ... --dry_run prints its gcloud
+lines); whether a run is complete on the slice is only asked when the sweep runs. Two limits, stated plainly:
+launch/train.py does not yet write a gs:// run directory (README, "TPU pods"), so until it does only a
+single-host slice without --bucket completes runs; and no real slice has run this: the tests play gcloud, a
+worker and a bucket with a fake (tests/launch/fake_pod.py), and the gcloud lines follow its documentation.
+
 With --record=DIR the small files of every complete run (RECORDED_FILES: its config, metrics per iteration,
 pass@k summary and provenance) are copied to DIR/<machine>/<arm>/ws<W>_seed<S>/ and the comparison to
 DIR/compare/ after every run, so a long sweep's results can be committed as they come in (root itself holds
@@ -34,10 +73,13 @@ the comparison.
 """
 
 import collections
+import contextlib
 import fcntl
 import importlib.util
+import itertools
 import json
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -53,25 +95,41 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from explore_jax.train import provenance  # noqa: E402
 
-_PROTOCOL = flags.DEFINE_string("protocol", None, "Protocol file defining get_protocol().")
+sys.path.insert(0, os.path.join(REPO, "launch"))
+import tpu  # noqa: E402
+
+_PROTOCOL = flags.DEFINE_string("protocol", None, "Sweep (protocol) file defining get_protocol().")
+flags.DEFINE_alias("sweep", "protocol")
 _ROOT = flags.DEFINE_string("root", None, "Sweep directory: root/<machine>/<arm>/ws<W>_seed<S>, root/compare/.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the plan and each run's state; launch nothing.")
 _ONLY = flags.DEFINE_list("only", None, "Run only these arms (comparisons still cover every arm's complete runs).")
 _MAX_RUNS = flags.DEFINE_integer("max_runs", None, "Stop after this many launches.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each its own process (local runs only).")
 _RECORD = flags.DEFINE_string("record", None, "Copy every complete run's small result files and the comparison "
                               "here (a directory to commit), after every run; runs recorded here count as done.")
 _MACHINE = flags.DEFINE_string("machine", None, "Name of this machine's numerical environment (default: "
-                               "provenance.machine_tag()). Give two machines one name only if their warm starts "
-                               "are bit-identical (benchmarks/determinism.py).")
+                               "provenance.machine_tag(), or the --tpu name). Give two machines one name only if "
+                               "their warm starts are bit-identical (benchmarks/determinism.py).")
+_TPU = flags.DEFINE_string("tpu", None, "Run every run on this Cloud TPU slice (launch/tpu.py run --wait).")
+_ZONE = flags.DEFINE_string("zone", None, "The slice's zone (with --tpu).")
+_PROJECT = flags.DEFINE_string("project", None, "The slice's Google Cloud project (with --tpu; default: gcloud's).")
+_BUCKET = flags.DEFINE_string("bucket", None, "With --tpu: run directories under gs://BUCKET/sweeps/ (multi-host "
+                              "slices need it); without, on worker 0's disk.")
+_POLL_S = flags.DEFINE_float("poll_s", 60.0, "With --tpu: seconds between queries of a run's state.")
 # Hidden in spirit: tests substitute a fake trainer / comparison. Paths relative to the repository root.
 _TRAIN_SCRIPT = flags.DEFINE_string("train_script", "launch/train.py", "The trainer each run executes (tests).")
 _COMPARE_SCRIPT = flags.DEFINE_string("compare_script", "launch/compare.py", "The comparison script (tests).")
 flags.mark_flags_as_required(["protocol", "root"])
 
+KEYS = ("arms", "config", "product", "zip", "seeds", "warm_starts", "overrides")  # of a sweep file's dict
 RESERVED = ("--config.seed=", "--config.sft.seed=", "--workdir=", "--config=")
-RECORDED_FILES = ("config.json", "metrics.jsonl", "summary.json", "summary.md", "provenance.json")
+RECORDED_FILES = tpu.RESULT_FILES
 STDERR_TAIL_LINES = 20
 RUN_NAME = re.compile(r"ws(\d+)_seed(\d+)")  # a run's directory name: warm start, RL seed
+AXIS = re.compile(r"config(\.[A-Za-z_][A-Za-z0-9_]*)+")  # a product / zip key: a config field's path
+UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")  # characters a made arm name never holds (commas separate --only's names)
+MAX_NAME = 120  # characters of a made arm name; longer ones want labels
+WAIT_S = 1.0  # how often the scheduler looks again at runs held back by a warm start being computed
 
 
 class ProtocolError(ValueError):
@@ -87,25 +145,111 @@ def _resolve(path: str) -> str:
   return path if os.path.exists(path) else os.path.join(REPO, path)
 
 
-def load_protocol(path: str) -> dict:
-  """The checked dict of the protocol file at `path`."""
-  path = _resolve(path)
-  if not os.path.isfile(path):
-    raise ProtocolError(f"no protocol file {path}")
-  spec = importlib.util.spec_from_file_location("_protocol", path)
+def _exec_file(path: str, name: str):
+  """The module of the Python file at `path`, imported with the repository root on sys.path (configs/)."""
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
-  sys.path.insert(0, REPO)  # a protocol may import from configs/
+  sys.path.insert(0, REPO)
   try:
     spec.loader.exec_module(module)
   finally:
     sys.path.remove(REPO)
+  return module
+
+
+def _axis(where: str, key, values) -> list[tuple[str | None, object]]:
+  """One product / zip axis as [(label or None, value)]: from a list of values or a {label: value} dict."""
+  if not isinstance(key, str) or not AXIS.fullmatch(key):
+    raise ProtocolError(f"{where}: {key!r} is not a config field path (config.a.b)")
+  if key in ("config.seed", "config.sft.seed"):
+    raise ProtocolError(f"{where}: {key} is set by the sweep (seeds and warm_starts come from the protocol)")
+  if isinstance(values, dict):
+    options = list(values.items())
+    for label, _ in options:
+      if not isinstance(label, str) or not label or UNSAFE.search(label) or label.startswith("."):
+        raise ProtocolError(f"{where}: {key}: label {label!r} is not a name (letters, digits, . _ = + -)")
+  elif isinstance(values, (list, tuple)):
+    options = [(None, v) for v in values]
+  else:
+    raise ProtocolError(f"{where}: {key} needs a list of values or a {{label: value}} dict, not {values!r}")
+  if not options:
+    raise ProtocolError(f"{where}: {key} has no values")
+  for _, value in options:
+    if not isinstance(value, (bool, int, float, str)):
+      raise ProtocolError(f"{where}: {key}: {value!r} is not a bool, int, float or str (set it in an arm instead)")
+  return options
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+  """Each key's shortest tail of dotted parts that no other key ends with: p_failure, loss.clip beside x.clip."""
+  parts = {key: key.split(".")[1:] for key in keys}
+  short = {}
+  for key, mine in parts.items():
+    n = next((n for n in range(1, len(mine)) if all(theirs[-n:] != mine[-n:] for other, theirs in parts.items()
+                                                    if other != key)), len(mine))
+    short[key] = ".".join(mine[-n:])
+  return short
+
+
+def grid_arms(config: str, product: dict, zipped: dict) -> list[dict]:
+  """The arms of a product and/or zip of override axes (the module docstring gives the rules), in order."""
+  for what, axes in (("product", product), ("zip", zipped)):
+    if not isinstance(axes, dict):
+      raise ProtocolError(f"{what} must be a dict of config.a.b: values, not {axes!r}")
+  both = [key for key in product if key in zipped]
+  if both:
+    raise ProtocolError(f"{both[0]} is in both product and zip")
+  axes = [[[(key, label, value)] for label, value in _axis("product", key, values)]
+          for key, values in product.items()]
+  if zipped:
+    columns = {key: _axis("zip", key, values) for key, values in zipped.items()}
+    lengths = {key: len(column) for key, column in columns.items()}
+    if len(set(lengths.values())) > 1:
+      raise ProtocolError("zip needs lists of one length: " + ", ".join(f"{k} has {n}" for k, n in lengths.items()))
+    axes.append([[(key, *columns[key][i]) for key in columns] for i in range(len(next(iter(columns.values()))))])
+  short = _short_keys([*product, *zipped])
+  arms = []
+  for combination in itertools.product(*axes):
+    settings = [setting for option in combination for setting in option]
+    name = "_".join(label or f"{short[key]}={UNSAFE.sub('-', str(value))}" for key, label, value in settings)
+    if len(name) > MAX_NAME:
+      raise ProtocolError(f"arm name {name[:60]}... is {len(name)} characters: give the axes labels "
+                          "({label: value} instead of [value, ...])")
+    arms.append({"name": name, "config": config, "overrides": [f"--{key}={value}" for key, _, value in settings]})
+  return arms
+
+
+def check_fields(config: str, keys: list[str]) -> None:
+  """Raises ProtocolError naming the first of `keys` (config.a.b) that is not a field of `config`, so a typo is
+  found by a dry run rather than by every run failing."""
+  path, _, variant = config.partition(":")
+  try:
+    module = _exec_file(os.path.join(REPO, path), "_sweep_config")
+    c = module.get_config(variant) if ":" in config else module.get_config()
+  except Exception as e:  # noqa: BLE001 - whatever a config file raises, name it
+    raise ProtocolError(f"config {config!r} does not load: {type(e).__name__}: {e}") from e
+  for key in keys:
+    node, parts = c, key.split(".")
+    for i, part in enumerate(parts[1:], 2):
+      try:
+        node = node[part]
+      except (KeyError, TypeError, AttributeError, IndexError):
+        raise ProtocolError(f"{key} is not a field of {config} (it has no {'.'.join(parts[:i])})") from None
+
+
+def load_protocol(path: str) -> dict:
+  """The checked dict of the sweep (protocol) file at `path`, every arm explicit."""
+  path = _resolve(path)
+  if not os.path.isfile(path):
+    raise ProtocolError(f"no protocol file {path}")
+  module = _exec_file(path, "_protocol")
   if not hasattr(module, "get_protocol"):
     raise ProtocolError(f"{path} defines no get_protocol()")
   protocol = module.get_protocol()
   protocol = protocol.to_dict() if hasattr(protocol, "to_dict") else dict(protocol)
-  unknown = set(protocol) - {"arms", "seeds", "warm_starts", "overrides"}
+  unknown = set(protocol) - set(KEYS)
   if unknown:
-    raise ProtocolError(f"unknown protocol keys {sorted(unknown)}; known: arms, seeds, warm_starts, overrides")
+    raise ProtocolError(f"unknown protocol keys {sorted(unknown)}; known: {', '.join(KEYS)}")
 
   def seeds(key):
     value = protocol.get(key, 1 if key == "warm_starts" else None)
@@ -125,42 +269,84 @@ def load_protocol(path: str) -> dict:
         raise ProtocolError(f"{where}: {v!r} is set by the sweep (seeds and workdir come from the protocol)")
     return values
 
+  def config_file(config):
+    return bool(config) and isinstance(config, str) and os.path.isfile(os.path.join(REPO, config.split(":")[0]))
+
+  base, product, zipped = protocol.get("config"), protocol.get("product") or {}, protocol.get("zip") or {}
+  common = overrides(protocol.get("overrides"), "common overrides")
+  if base is not None and not config_file(base):
+    raise ProtocolError(f"config: no config file {base!r} in {REPO}")
+  grid = []
+  if product or zipped:
+    if base is None:
+      raise ProtocolError("product and zip make arms of `config`, and the protocol names none")
+    grid = grid_arms(base, product, zipped)
+    keys = [*product, *zipped]
+    twice = [key for key in keys if any(o.startswith(f"--{key}=") for o in common)]
+    if twice:
+      raise ProtocolError(f"{twice[0]} is set by both the common overrides and product/zip")
+    check_fields(base, keys)
+
   arms = []
-  for arm in protocol.get("arms") or ():
+  for arm in [*(protocol.get("arms") or ()), *grid]:
     arm = dict(arm)
-    name, config = arm.get("name"), arm.get("config")
+    name, config = arm.get("name"), arm.get("config") or base
     if not name or not isinstance(name, str) or os.sep in name or "," in name or name.startswith(".") \
         or name == "compare":
       raise ProtocolError(f"bad arm name {name!r} (a directory name without commas, not 'compare')")
-    if not config or not os.path.isfile(os.path.join(REPO, config.split(":")[0])):
+    if not config_file(config):
       raise ProtocolError(f"arm {name!r}: no config file {config!r} in {REPO}")
     arms.append({"name": name, "config": config, "overrides": overrides(arm.get("overrides"), f"arm {name!r}")})
   if not arms:
     raise ProtocolError("the protocol has no arms")
   names = [a["name"] for a in arms]
   if len(set(names)) != len(names):
-    raise ProtocolError(f"arm names repeat: {names}")
-  return {"arms": arms, "seeds": seeds("seeds"), "warm_starts": seeds("warm_starts"),
-          "overrides": overrides(protocol.get("overrides"), "common overrides")}
+    raise ProtocolError(f"arm names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+  return {"arms": arms, "seeds": seeds("seeds"), "warm_starts": seeds("warm_starts"), "overrides": common}
 
 
-def plan(protocol: dict, root: str, machine: str, train_script: str = "launch/train.py") -> list[Run]:
-  """This machine's runs in launch order: seed-major, then warm start, then arm, so arms stay balanced."""
+def pod_workdir(workdir: str, root: str, bucket: str | None) -> str:
+  """A run's directory on the slice: sweeps/<root name>/<machine>/<arm>/<run>, in the bucket or on worker 0."""
+  path = "/".join(["sweeps", os.path.basename(root), *os.path.relpath(workdir, root).split(os.sep)])
+  return tpu.bucket_path(bucket, path) if bucket else path
+
+
+def pod_command(run_args: list[str], arm: dict, workdir: str, root: str, pod: dict) -> list[str]:
+  """launch/tpu.py run --wait --fetch for one run on the slice `pod` (name, zone, project, bucket, poll_s)."""
+  machine, arm_name, run_name = os.path.relpath(workdir, root).split(os.sep)
+  argv = ["run", f"--name={pod['name']}", f"--zone={pod['zone']}",
+          *([f"--project={pod['project']}"] if pod.get("project") else []), f"--config={arm['config']}",
+          f"--workdir={pod_workdir(workdir, root, pod.get('bucket'))}",
+          f"--log={os.path.basename(root)}.{machine}.{arm_name}.{run_name}.log", "--wait",
+          f"--fetch={_from_repo(workdir)}", f"--poll_s={pod.get('poll_s', 60.0):g}", "--", *run_args]
+  tpu.parse_args(argv)  # a bad name or zone is a one-line error now, not at every run
+  return [sys.executable, "launch/tpu.py", *argv]
+
+
+def plan(protocol: dict, root: str, machine: str, train_script: str = "launch/train.py",
+         pod: dict | None = None) -> list[Run]:
+  """This machine's runs in launch order: seed-major, then warm start, then arm, so arms stay balanced. With
+  `pod`, each run's command is launch/tpu.py's, which runs it on the slice and copies its results here."""
   runs = []
   for seed in protocol["seeds"]:
     for ws in protocol["warm_starts"]:
       for arm in protocol["arms"]:
         workdir = os.path.join(root, machine, arm["name"], f"ws{ws}_seed{seed}")
-        command = [sys.executable, train_script, f"--config={arm['config']}", f"--workdir={_from_repo(workdir)}",
-                   f"--config.seed={seed}", f"--config.sft.seed={ws}", *protocol["overrides"], *arm["overrides"]]
+        run_args = [f"--config.seed={seed}", f"--config.sft.seed={ws}", *protocol["overrides"], *arm["overrides"]]
+        if pod:
+          command = pod_command(run_args, arm, workdir, root, pod)
+        else:
+          command = [sys.executable, train_script, f"--config={arm['config']}", f"--workdir={_from_repo(workdir)}",
+                     *run_args]
         runs.append(Run(arm["name"], ws, seed, workdir, command))
   return runs
 
 
-def finished(protocol: dict, directories: list[str]) -> list[Finished]:
+def finished(protocol: dict, directories: list[str], exclude: frozenset = frozenset()) -> list[Finished]:
   """Every machine's complete runs of the protocol's arms under the given sweep or record directories, in
   protocol order (arm, machine, seed, warm start). Runs of warm starts or seeds the protocol no longer
-  plans (an earlier design of it) count too. A run found under several directories counts once (the first)."""
+  plans (an earlier design of it) count too. A run found under several directories counts once (the first).
+  Workdirs in `exclude` (runs still going, which may have written summary.json but not ended) are left out."""
   arms = [a["name"] for a in protocol["arms"]]
   found: dict[tuple, Finished] = {}
   for directory in directories:
@@ -170,7 +356,7 @@ def finished(protocol: dict, directories: list[str]) -> list[Finished]:
           match = RUN_NAME.fullmatch(name)
           workdir = os.path.join(directory, machine, arm, name)
           key = (machine, arm, *map(int, match.groups())) if match else None
-          if key and key not in found and is_complete(workdir):
+          if key and key not in found and workdir not in exclude and is_complete(workdir):
             found[key] = Finished(arm, machine, workdir)
   return [found[key] for key in sorted(found, key=lambda k: (arms.index(k[1]), k[0], k[3], k[2]))]
 
@@ -212,44 +398,71 @@ def _die_with_parent():
   try:
     import ctypes
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-  except Exception:  # not Linux: the SIGTERM handler below still covers a polite kill
+  except Exception:  # not Linux: the SIGTERM handler in main() still covers a polite kill
     pass
 
 
-def launch(run: Run) -> tuple[int, list[str]]:
-  """Runs one training run from the repository root, stdout and stderr passed through (stderr also appended
-  to workdir/sweep_stderr.log); returns its exit status and the tail of its stderr."""
-  os.makedirs(run.workdir, exist_ok=True)
-  with open(os.path.join(run.workdir, "sweep_command.txt"), "a") as f:
-    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
-  tail: collections.deque = collections.deque(maxlen=64)
-  proc = subprocess.Popen(run.command, cwd=REPO, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+class Launched:
+  """One run's process from the repository root: its stderr appended to workdir/sweep_stderr.log (and passed
+  through when `echo`; its stdout then too, else into workdir/sweep_stdout.log); put on `ended` once it exits."""
 
-  def tee():
-    with open(os.path.join(run.workdir, "sweep_stderr.log"), "ab") as log:
-      for chunk in iter(lambda: proc.stderr.read1(4096), b""):
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.flush()
-        log.write(chunk)
-        tail.append(chunk)
-
-  reader = threading.Thread(target=tee, daemon=True)
-  reader.start()
-  previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-  try:
-    code = proc.wait()
-  except BaseException:  # Ctrl-C or SIGTERM: take the run down with the sweep; it resumes next time
-    proc.terminate()
+  def __init__(self, run: Run, echo: bool, ended: queue.Queue):
+    os.makedirs(run.workdir, exist_ok=True)
+    with open(os.path.join(run.workdir, "sweep_command.txt"), "a") as f:
+      f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
+    self.run, self.start, self.code = run, time.time(), None
+    self._tail: collections.deque = collections.deque(maxlen=64)
+    stdout = None if echo else open(os.path.join(run.workdir, "sweep_stdout.log"), "ab")
     try:
-      proc.wait(30)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-    raise
-  finally:
-    signal.signal(signal.SIGTERM, previous)
-  reader.join(10)
-  lines = b"".join(tail).decode(errors="replace").replace("\r", "\n").splitlines()
-  return code, "\n".join(line for line in lines if line.strip())[-4000:].splitlines()[-STDERR_TAIL_LINES:]
+      self.proc = subprocess.Popen(run.command, cwd=REPO, stdout=stdout, stderr=subprocess.PIPE,
+                                   preexec_fn=_die_with_parent)
+    finally:
+      if stdout:
+        stdout.close()
+    reader = threading.Thread(target=self._copy_stderr, args=(echo,), daemon=True)
+    reader.start()
+    threading.Thread(target=self._wait, args=(reader, ended), daemon=True).start()
+
+  def _copy_stderr(self, echo: bool) -> None:
+    with open(os.path.join(self.run.workdir, "sweep_stderr.log"), "ab") as log:
+      for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):
+        if echo:
+          sys.stderr.buffer.write(chunk)
+          sys.stderr.flush()
+        log.write(chunk)
+        self._tail.append(chunk)
+
+  def _wait(self, reader: threading.Thread, ended: queue.Queue) -> None:
+    code = self.proc.wait()
+    reader.join(10)  # a grandchild may hold stderr open after the run exits
+    self.code = code
+    ended.put(self)
+
+  def tail(self) -> list[str]:
+    """The last lines of the run's stderr."""
+    lines = b"".join(self._tail).decode(errors="replace").replace("\r", "\n").splitlines()
+    return "\n".join(line for line in lines if line.strip())[-4000:].splitlines()[-STDERR_TAIL_LINES:]
+
+  def stop(self) -> None:
+    """Take the run down with the sweep (Ctrl-C, SIGTERM, an error); it resumes next time."""
+    if self.proc.poll() is None:
+      self.proc.terminate()
+      try:
+        self.proc.wait(30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+
+
+def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
+  """Whether `run` may start beside the runs `going` without two processes computing one SFT warm start at
+  once (each would compute it and write the same cache entry). The cache key holds sft.seed, so runs of other
+  warm starts never share it: they always may. Of one warm start, runs of other arms may use other SFT inputs,
+  so `run` waits for them, unless a run of its own arm (the same config and overrides) from the same warm
+  start has a checkpoint here: train.py saves step 0 only after the warm start is cached. Runs restored from a
+  record hold no checkpoints, so a fresh clone computes each warm start once before sharing it."""
+  return not any(g.warm_start == run.warm_start for g in going) or any(
+      r.arm == run.arm and r.warm_start == run.warm_start and _listdir(os.path.join(r.workdir, "checkpoints"))
+      for r in planned)
 
 
 def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
@@ -276,9 +489,10 @@ def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
   return None
 
 
-def compare(protocol: dict, directories: list[str], output: str, compare_script: str) -> tuple[bool, str]:
+def compare(protocol: dict, directories: list[str], output: str, compare_script: str,
+            exclude: frozenset = frozenset()) -> tuple[bool, str]:
   """launch/compare.py over every machine's complete runs (finished()), labelled by arm, into output/."""
-  runs = finished(protocol, directories)
+  runs = finished(protocol, directories, exclude)
   if not runs:
     return True, "[sweep] no complete runs to compare yet"
   command = [sys.executable, compare_script, *[r.workdir for r in runs], f"--labels={','.join(r.arm for r in runs)}",
@@ -292,16 +506,17 @@ def compare(protocol: dict, directories: list[str], output: str, compare_script:
 
 
 def _copy_run(source: str, target: str) -> None:
+  """RECORDED_FILES of a run, summary.json last (a half-done copy never looks complete)."""
   os.makedirs(target, exist_ok=True)
   for name in RECORDED_FILES:
     if os.path.isfile(os.path.join(source, name)):
       shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
 
 
-def record(protocol: dict, root: str, destination: str) -> int:
+def record(protocol: dict, root: str, destination: str, exclude: frozenset = frozenset()) -> int:
   """Copies RECORDED_FILES of every complete run under root (any machine) to destination/<machine>/..., and
   root/compare/ to destination/compare/; returns the number of runs recorded."""
-  runs = finished(protocol, [root])
+  runs = finished(protocol, [root], exclude)
   for r in runs:
     _copy_run(r.workdir, os.path.join(destination, os.path.relpath(r.workdir, root)))
   if os.path.isdir(os.path.join(root, "compare")):
@@ -321,9 +536,42 @@ def restore(runs: list[Run], root: str, destination: str) -> int:
   return count
 
 
+@contextlib.contextmanager
+def _locked(directory: str | None):
+  """An exclusive lock on `directory` (none when None) while the block runs: sweeps of several roots (machines)
+  may record into one directory, and one's comparison must not read another's half-copied run. The lock is
+  the directory's own (flock), so nothing is left in a directory that is committed."""
+  if directory is None:
+    yield
+    return
+  os.makedirs(directory, exist_ok=True)
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _PARALLEL.value < 1:
+    sys.exit(f"error: --parallel={_PARALLEL.value} must be at least 1")
+  pod = None
+  if _TPU.value is not None:
+    if not _ZONE.value:
+      sys.exit("error: --tpu needs --zone (the slice's zone)")
+    if _PARALLEL.value != 1:
+      sys.exit("error: --parallel is for local runs; a slice runs one run of the sweep at a time")
+    if flags.FLAGS["train_script"].present:
+      sys.exit("error: --train_script is for local runs; on a slice tpu.py runs launch/train.py")
+    pod = {"name": _TPU.value, "zone": _ZONE.value, "project": _PROJECT.value, "bucket": _BUCKET.value,
+           "poll_s": _POLL_S.value}
+  else:
+    given = [f"--{f.name}" for f in (_ZONE, _PROJECT, _BUCKET, _POLL_S) if flags.FLAGS[f.name].present]
+    if given:
+      sys.exit(f"error: {given[0]} is for runs on a slice (--tpu=NAME)")
   try:
     protocol = load_protocol(_PROTOCOL.value)
   except ProtocolError as e:
@@ -337,9 +585,10 @@ def main(argv):
       sys.exit(f"error: --only names unknown arm {unknown[0]!r}; arms: {', '.join(names)}")
   if _MACHINE.value is not None and (not _MACHINE.value or os.sep in _MACHINE.value or _MACHINE.value == "compare"):
     sys.exit(f"error: --machine={_MACHINE.value!r} is not a directory name")
-  machine = _MACHINE.value or provenance.machine_tag()
+  machine = _MACHINE.value or (pod["name"] if pod else provenance.machine_tag())
   record_dir = os.path.abspath(_RECORD.value) if _RECORD.value else None
-  runs = [r for r in plan(protocol, root, machine, _TRAIN_SCRIPT.value) if not only or r.arm in only]
+  planned = plan(protocol, root, machine, _TRAIN_SCRIPT.value, pod)
+  runs = [r for r in planned if not only or r.arm in only]
 
   def recorded(r: Run) -> bool:
     return bool(record_dir) and is_complete(os.path.join(record_dir, os.path.relpath(r.workdir, root)))
@@ -352,7 +601,10 @@ def main(argv):
         f"{root}; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
 
   if _DRY_RUN.value:
-    print(f"[sweep] commands run from {REPO}:")
+    where = (f", on TPU {pod['name']} through launch/tpu.py run --wait (the states are those of the copies here; "
+             "the slice is asked only when the sweep runs)" if pod else
+             f", {_PARALLEL.value} at a time" if _PARALLEL.value > 1 else "")
+    print(f"[sweep] commands run from {REPO}{where}:")
     for r in runs:
       print(f"{states[r.workdir]:>24}  python {shlex.join(r.command[1:])}")
     if _MAX_RUNS.value is not None:
@@ -366,46 +618,71 @@ def main(argv):
   except OSError:
     sys.exit(f"error: another sweep is running in {root}")
   if record_dir:
-    restored = restore(runs, root, record_dir)
+    with _locked(record_dir):
+      restored = restore(runs, root, record_dir)
     if restored:
       print(f"[sweep] {restored} runs of this machine recorded in {record_dir} count as complete", flush=True)
   sources = [root] + ([record_dir] if record_dir else [])  # whose complete runs are compared
   output = os.path.join(root, "compare")
+  total = len(todo) if _MAX_RUNS.value is None else min(_MAX_RUNS.value, len(todo))
 
-  failed, launched, table = [], 0, None
-  for r in todo:
-    if _MAX_RUNS.value is not None and launched >= _MAX_RUNS.value:
-      break
-    launched += 1
-    print(f"[sweep] run {launched}/{len(todo) if _MAX_RUNS.value is None else min(_MAX_RUNS.value, len(todo))}: "
-          f"{r.arm} ws{r.warm_start} seed{r.seed} ({state(r.workdir)}): python {shlex.join(r.command[1:])}", flush=True)
-    start = time.time()
-    code, tail = launch(r)
-    if code == 0 and not is_complete(r.workdir):
-      code, tail = 1, tail + [f"exited 0 but wrote no summary.json in {r.workdir} (does the config ask for pass@k?)"]
-    if code != 0:
-      failed.append(r)
-      print(f"[sweep] FAILED ({code}) after {time.time() - start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}; "
-            f"stderr tail (all of it in {os.path.join(r.workdir, 'sweep_stderr.log')}):\n  " + "\n  ".join(tail),
-            flush=True)
-      continue
-    print(f"[sweep] done in {time.time() - start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}", flush=True)
-    mismatch = warm_start_mismatch(r, sources)
-    if mismatch:
-      os.rename(r.workdir, r.workdir + ".mismatch")  # kept for inspection, no longer a run of this machine
-      sys.exit(f"error: {mismatch}. Its workdir is now {r.workdir}.mismatch; run this machine under its own "
-               f"name (without --machine, its tag is {provenance.machine_tag()}).")
-    table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
-    print(table[1] if not table[0] else table[1].splitlines()[-1], flush=True)
-    if record_dir:
-      print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)
+  failed, launched, table, going = [], 0, None, frozenset()
+  active: list[Launched] = []
+  ended: queue.Queue = queue.Queue()
+  previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  try:
+    while True:
+      while len(active) < _PARALLEL.value and launched < total:
+        r = next((r for r in todo if may_start(r, [a.run for a in active], planned)), None)
+        if r is None:
+          break
+        todo.remove(r)
+        launched += 1
+        print(f"[sweep] run {launched}/{total}: {r.arm} ws{r.warm_start} seed{r.seed} ({state(r.workdir)}): "
+              f"python {shlex.join(r.command[1:])}", flush=True)
+        active.append(Launched(r, echo=_PARALLEL.value == 1, ended=ended))
+      if not active:
+        break
+      try:
+        done = ended.get(timeout=WAIT_S)
+      except queue.Empty:
+        continue
+      active.remove(done)
+      r, code, tail = done.run, done.code, done.tail()
+      if code == 0 and not is_complete(r.workdir):
+        code, tail = 1, tail + [f"exited 0 but wrote no summary.json in {r.workdir} (does the config ask for pass@k?)"]
+      if code != 0:
+        failed.append(r)
+        print(f"[sweep] FAILED ({code}) after {time.time() - done.start:.0f} s: {r.arm} ws{r.warm_start} "
+              f"seed{r.seed}; stderr tail (all of it in {os.path.join(r.workdir, 'sweep_stderr.log')}):\n  "
+              + "\n  ".join(tail), flush=True)
+        continue
+      print(f"[sweep] done in {time.time() - done.start:.0f} s: {r.arm} ws{r.warm_start} seed{r.seed}", flush=True)
+      mismatch = warm_start_mismatch(r, sources)
+      if mismatch:
+        os.rename(r.workdir, r.workdir + ".mismatch")  # kept for inspection, no longer a run of this machine
+        sys.exit(f"error: {mismatch}. Its workdir is now {r.workdir}.mismatch; run this machine under its own "
+                 f"name (without --machine, its tag is {provenance.machine_tag()}).")
+      going = frozenset(a.run.workdir for a in active)
+      with _locked(record_dir):
+        table = compare(protocol, sources, output, _COMPARE_SCRIPT.value, going)
+        print(table[1] if not table[0] else table[1].splitlines()[-1], flush=True)
+        if record_dir:
+          print(f"[sweep] recorded {record(protocol, root, record_dir, going)} complete runs in {record_dir}",
+                flush=True)
+  finally:
+    for a in active:  # Ctrl-C, SIGTERM or an error: take the runs down with the sweep; they resume next time
+      a.stop()
+    signal.signal(signal.SIGTERM, previous)
 
-  if table is None:  # nothing compared since the last run completed (or none did): compare now
-    table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
+  if table is None or going:  # none compared yet, or the last comparison left out runs then going: compare now
+    with _locked(record_dir):
+      table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
   compared, text = table
   print(text, flush=True)
   if record_dir:
-    print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)
+    with _locked(record_dir):
+      print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)
   remaining = [r for r in runs if not is_complete(r.workdir)]
   print(f"[sweep] launched {launched}, failed {len(failed)}, {len(runs) - len(remaining)} of {len(runs)} complete"
         + (f"; {len(remaining)} to go: run the same command again" if remaining else ""), flush=True)

@@ -1,16 +1,24 @@
 """launch/sweep.py: a protocol's plan, and resumable sweeps with a fake trainer (no test here trains)."""
 
+import importlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from configs.protocols import sge_coding as sge_protocol
 from explore_jax.train import provenance
+from tests.launch import fake_pod
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "launch"))
+import sweep as sweep_py  # noqa: E402
+import tpu  # noqa: E402
 
 # Stands in for launch/train.py: logs its argv, resumes "checkpoints", fails where FAKE_FAIL says, else writes
 # what a finished run has (config.json with method "sge" for every arm, metrics.jsonl, summary.json).
@@ -218,3 +226,281 @@ def test_the_text_world_protocol_plans_every_world_and_method():
   for world in ("twx", "alfworld"):
     for method in ("gigpo", "grpo"):
       assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) == protocol.WARM_STARTS
+
+
+# --- Sweeps made from product / zip override grids; --parallel; --tpu ---------------------------------------
+
+
+def _sweep_file(tmp_path, body: dict, name="sweep.py"):
+  (tmp_path / name).write_text(f"def get_protocol():\n  return {body!r}\n")
+  return str(tmp_path / name)
+
+
+def test_product_and_zip_make_named_arms_with_their_overrides(tmp_path):
+  grid = sweep_py.load_protocol(_sweep_file(tmp_path, {
+      "config": "configs/sge_coding.py", "seeds": 2,
+      "arms": [{"name": "grpo", "config": "configs/grpo_coding.py"}, {"name": "sge"}],
+      "product": {"config.sge.p_failure": [0, 0.25], "config.rl.loss.eps_high": [0.2, 0.28]},
+      "overrides": ["--config.train.num_iterations=3"]}))
+  assert [a["name"] for a in grid["arms"]] == ["grpo", "sge", "p_failure=0_eps_high=0.2", "p_failure=0_eps_high=0.28",
+                                               "p_failure=0.25_eps_high=0.2", "p_failure=0.25_eps_high=0.28"]
+  assert grid["arms"][1] == {"name": "sge", "config": "configs/sge_coding.py", "overrides": []}  # the default config
+  assert grid["arms"][3] == {"name": "p_failure=0_eps_high=0.28", "config": "configs/sge_coding.py",
+                             "overrides": ["--config.sge.p_failure=0", "--config.rl.loss.eps_high=0.28"]}
+  assert grid["seeds"] == [0, 1] and grid["overrides"] == ["--config.train.num_iterations=3"]
+
+  # zip: rows of values that go together; with a product, one more axis (the last). Labels name values;
+  # characters a directory name should not hold become "-".
+  both = sweep_py.load_protocol(_sweep_file(tmp_path, {
+      "config": "configs/sge_coding.py", "seeds": [5],
+      "product": {"config.sge.strategy_temperature": {"mixed": 1.2, "flat": 0.7}},
+      "zip": {"config.rl.loss.eps_low": [0.2, 0.3], "config.rl.loss.eps_high": [0.28, 0.4],
+              "config.sge.strategy_delimiter": ["### Code", "a/b|c"]}}))
+  names = [a["name"] for a in both["arms"]]
+  assert names == ["mixed_eps_low=0.2_eps_high=0.28_strategy_delimiter=----Code",
+                   "mixed_eps_low=0.3_eps_high=0.4_strategy_delimiter=a-b-c",
+                   "flat_eps_low=0.2_eps_high=0.28_strategy_delimiter=----Code",
+                   "flat_eps_low=0.3_eps_high=0.4_strategy_delimiter=a-b-c"]
+  assert both["arms"][3]["overrides"] == ["--config.sge.strategy_temperature=0.7", "--config.rl.loss.eps_low=0.3",
+                                          "--config.rl.loss.eps_high=0.4", "--config.sge.strategy_delimiter=a/b|c"]
+  # A key whose last part two axes share keeps more of its path.
+  assert sweep_py._short_keys(["config.rl.loss.clip", "config.x.clip", "config.clip", "config.sge.tau"]) == {
+      "config.rl.loss.clip": "loss.clip", "config.x.clip": "x.clip", "config.clip": "clip", "config.sge.tau": "tau"}
+  only_zip = sweep_py.grid_arms("configs/sge_coding.py", {}, {"config.a": [1, 2, 3], "config.b": [True, False, True]})
+  assert [a["name"] for a in only_zip] == ["a=1_b=True", "a=2_b=False", "a=3_b=True"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"zip": {"config.sge.p_failure": [0, 0.1], "config.sge.p_success": [0]}},
+     "zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1"),
+    ({"prodcut": {"config.sge.p_failure": [0]}}, "unknown protocol keys ['prodcut']"),
+    ({"product": {"config.sge.p_fail": [0, 1]}}, "config.sge.p_fail is not a field of configs/sge_coding.py"),
+    ({"product": {"config.sgee.p_failure": [0]}}, "(it has no config.sgee)"),
+    ({"product": {"sge.p_failure": [0]}}, "'sge.p_failure' is not a config field path"),
+    ({"product": {"config.seed": [0, 1]}}, "config.seed is set by the sweep"),
+    ({"product": {"config.sge.p_failure": [0]}, "zip": {"config.sge.p_failure": [1]}}, "in both product and zip"),
+    ({"product": {"config.train.num_iterations": [2, 4]}, "overrides": ["--config.train.num_iterations=3"]},
+     "config.train.num_iterations is set by both the common overrides and product/zip"),
+    ({"product": {"config.sge.p_failure": []}}, "config.sge.p_failure has no values"),
+    ({"product": {"config.sge.p_failure": 0.5}}, "needs a list of values or a {label: value} dict"),
+    ({"product": {"config.model.mesh": [(1, 2)]}}, "(1, 2) is not a bool, int, float or str"),
+    ({"product": {"config.sge.p_failure": {"no/neg": 0}}}, "label 'no/neg' is not a name"),
+    ({"product": {"config.sge.p_failure": [0.5, 0.5]}}, "arm names repeat: ['p_failure=0.5']"),
+    ({"product": {"config.sge.strategy_delimiter": ["x" * 200]}}, "give the axes labels"),
+    ({"config": None, "product": {"config.sge.p_failure": [0]}}, "product and zip make arms of `config`"),
+    ({"config": "configs/nope.py", "product": {"config.sge.p_failure": [0]}}, "config: no config file"),
+    ({"config": "configs/grpo_coding.py", "product": {}, "arms": [{"name": "compare"}]}, "bad arm name 'compare'"),
+])
+def test_bad_sweep_files_are_named(tmp_path, body, message):
+  body = {"config": "configs/sge_coding.py", "seeds": 1, **body}
+  with pytest.raises(sweep_py.ProtocolError) as e:
+    sweep_py.load_protocol(_sweep_file(tmp_path, {k: v for k, v in body.items() if v is not None}))
+  assert message in str(e.value)
+
+
+def test_a_bad_sweep_file_is_a_one_line_error(tmp_path):
+  grid = _sweep_file(tmp_path, {"config": "configs/sge_coding.py", "seeds": 1,
+                                "zip": {"config.sge.p_failure": [0, 0.1], "config.sge.p_success": [0]}})
+  out = sweep(f"--sweep={grid}", f"--root={tmp_path}", "--dry_run", "--machine=m1")
+  assert out.returncode != 0 and out.stdout == "" and out.stderr.strip() == (
+      "error: zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1")
+
+
+@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds"])
+def test_the_protocols_plan_the_same_runs_as_before_grids(protocol):
+  """The arms form of configs/protocols/ plans what it planned before product/zip existed: every run's
+  directory and command, from the file's own constants by the rule it always had."""
+  module = importlib.import_module(f"configs.protocols.{protocol}")
+  common = module.get_protocol()["overrides"]
+  root = os.path.join(REPO, "runs", "protocol", protocol)
+  expected = [sweep_py.Run(name, ws, seed, os.path.join(root, "m1", name, f"ws{ws}_seed{seed}"), [
+      sys.executable, "launch/train.py", f"--config={config}",
+      f"--workdir=runs/protocol/{protocol}/m1/{name}/ws{ws}_seed{seed}", f"--config.seed={seed}",
+      f"--config.sft.seed={ws}", *common, *overrides])
+      for seed in range(module.SEEDS) for ws in range(module.WARM_STARTS) for name, config, overrides in module.ARMS]
+  planned = sweep_py.plan(sweep_py.load_protocol(f"configs/protocols/{protocol}.py"), root, "m1")
+  assert planned == expected and len(planned) == len(module.ARMS) * module.SEEDS * module.WARM_STARTS
+
+
+def test_the_ablation_sweep_files_plan():
+  from configs import coding
+  from configs.protocols import sge_coding as protocol
+  sge = coding.get_config("sge").sge
+  out = sweep("--sweep=configs/sweeps/sge_ablations.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line.split() for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == 8 * protocol.WARM_STARTS * protocol.SEEDS
+  arms = {line[4].split("/")[-2]: line[-3:] for line in lines}
+  assert len(arms) == 8 and all(set(protocol.get_protocol()["overrides"]) <= set(line) for line in lines)
+  # The protocol's one-knob ablations are cells of the factorial: the same configs, knob for knob.
+  assert arms["mixed_neg_pos"] == [f"--config.sge.strategy_temperature={sge.strategy_temperature}",
+                                   f"--config.sge.p_failure={sge.p_failure}", f"--config.sge.p_success={sge.p_success}"]
+  for cell, (name, _, knob) in zip(("flat_neg_pos", "mixed_noneg_pos", "mixed_neg_nopos"), protocol.ARMS[2:]):
+    changed = [o for o in arms[cell] if o not in arms["mixed_neg_pos"]]
+    assert len(changed) == 1 and changed[0].split("=")[0] == knob[0].split("=")[0], (cell, name)
+    assert float(changed[0].split("=")[1]) == float(knob[0].split("=")[1]), (cell, name)
+
+  out = sweep("--sweep=configs/sweeps/rnd_coef.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == 8 and sum("/coef=1.0/" in line and line.endswith("--config.rnd.coef=1.0") for line in lines) == 4
+
+
+GRID = {"config": "configs/sge_coding.py", "product": {"config.sge.p_failure": [0, 0.25]}, "seeds": 2,
+        "overrides": ["--config.train.num_iterations=3"]}
+
+
+def test_a_sweep_of_two_overrides_by_two_seeds_runs_and_compares(tmp_path):
+  grid = _sweep_file(tmp_path, GRID)
+  (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+  root, log = tmp_path / "root", str(tmp_path / "launched.jsonl")
+  out = sweep(f"--sweep={grid}", f"--root={root}", f"--train_script={tmp_path / 'fake_train.py'}", "--machine=m1",
+              env={"FAKE_LOG": log})
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  runs = _launched(log)
+  assert [os.path.relpath(r["workdir"], root / "m1") for r in runs] == [
+      "p_failure=0/ws0_seed0", "p_failure=0.25/ws0_seed0", "p_failure=0/ws0_seed1", "p_failure=0.25/ws0_seed1"]
+  assert "--config.sge.p_failure=0.25" in runs[1]["argv"] and "--config.seed=1" in runs[3]["argv"]
+  table = (root / "compare" / "compare.md").read_text()
+  assert "| p_failure=0 | trained / train | 2 | 0.550 ± 0.071 |" in table
+  assert "| p_failure=0.25 | trained / train | 2 | 0.550 ± 0.071 |" in table
+  assert "4 of 4 complete" in out.stdout
+
+
+# The fake trainer, with what --parallel needs proved: a fake SFT cache (the first run of a warm start
+# "computes" it, logging whether another run was computing the same one), a checkpoint as a real run has once
+# its warm start is done, then, with FAKE_BARRIER, a wait until another run has arrived there too.
+FAIL_CHECK = 'if workdir.endswith(os.environ.get("FAKE_FAIL") or "<none>"):'
+PARALLEL_TRAINER = FAKE_TRAINER.replace(FAIL_CHECK, textwrap.dedent("""
+    import glob, time
+    scratch, ws = os.environ["FAKE_SCRATCH"], args["config.sft.seed"]
+    computing = glob.glob(os.path.join(scratch, f"computing_ws{ws}_*"))
+    if not os.path.exists(os.path.join(scratch, f"cached_ws{ws}")):
+      marker = os.path.join(scratch, f"computing_ws{ws}_" + os.path.basename(os.path.dirname(workdir)))
+      open(marker, "w").close()
+      time.sleep(0.5)
+      open(os.path.join(scratch, f"cached_ws{ws}"), "w").close()
+      os.remove(marker)
+    os.makedirs(os.path.join(workdir, "checkpoints", "0"), exist_ok=True)
+    with open(os.environ["FAKE_LOG"], "a") as f:
+      f.write(json.dumps({"workdir": workdir, "computing_beside": computing}) + "\\n")
+    if os.environ.get("FAKE_BARRIER"):
+      open(os.path.join(scratch, "arrived_" + workdir.replace(os.sep, "_")), "w").close()
+      deadline = time.time() + 60
+      while len(glob.glob(os.path.join(scratch, "arrived_*"))) < 2:
+        if time.time() > deadline:
+          sys.exit("no other run arrived: the runs did not overlap")
+        time.sleep(0.05)
+    print("stdout of " + workdir)
+    """) + FAIL_CHECK)
+assert PARALLEL_TRAINER != FAKE_TRAINER
+
+
+def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(tmp_path):
+  grid = _sweep_file(tmp_path, {**GRID, "warm_starts": 2})
+  (tmp_path / "fake_train.py").write_text(PARALLEL_TRAINER)
+  (tmp_path / "scratch").mkdir()
+  root, log = tmp_path / "root", str(tmp_path / "launched.jsonl")
+  common = [f"--sweep={grid}", f"--root={root}", f"--train_script={tmp_path / 'fake_train.py'}", "--machine=m1",
+            "--parallel=2"]
+  env = {"FAKE_LOG": log, "FAKE_SCRATCH": str(tmp_path / "scratch")}
+  # The first two runs must be going at once: each waits at the barrier for the other (a serial sweep fails).
+  # They are p_failure=0 on warm starts 0 and 1: p_failure=0.25 on warm start 0 waits while warm start 0 is
+  # computed by another arm's run.
+  first = sweep(*common, "--max_runs=2", env={**env, "FAKE_BARRIER": "1"})
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  started = [r for r in _launched(log) if "computing_beside" in r]
+  assert sorted(os.path.relpath(r["workdir"], root / "m1") for r in started) == ["p_failure=0/ws0_seed0",
+                                                                                 "p_failure=0/ws1_seed0"]
+  assert all(r["computing_beside"] == [] for r in started)  # never two runs computing one warm start
+  assert "launched 2, failed 0, 2 of 8 complete" in first.stdout
+  run_dir = root / "m1" / "p_failure=0" / "ws0_seed0"
+  assert "stdout of" in (run_dir / "sweep_stdout.log").read_text()  # each run's output in its own logs
+  assert "stdout of" not in first.stdout
+  assert "| p_failure=0 | trained / train | 2 |" in (root / "compare" / "compare.md").read_text()
+
+  # Again: the six others, finished ones not redone (one fails, the rest go on); then the failed one alone.
+  second = sweep(*common, env={**env, "FAKE_FAIL": "p_failure=0.25/ws1_seed1"})
+  assert second.returncode != 0 and "FAILED (3)" in second.stdout and "RuntimeError: boom" in second.stdout
+  every = {f"{arm}/ws{ws}_seed{seed}" for arm in ("p_failure=0", "p_failure=0.25") for ws in (0, 1) for seed in (0, 1)}
+  assert sorted(os.path.relpath(r["workdir"], root / "m1") for r in _launched(log)[4:] if "argv" in r) == sorted(
+      every - {"p_failure=0/ws0_seed0", "p_failure=0/ws1_seed0"})
+  assert "launched 6, failed 1, 7 of 8 complete" in second.stdout
+  third = sweep(*common, env=env)
+  assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+  assert [os.path.relpath(r["workdir"], root / "m1") for r in _launched(log)[16:] if "argv" in r] == [
+      "p_failure=0.25/ws1_seed1"]
+  assert "launched 1, failed 0, 8 of 8 complete" in third.stdout
+  assert "| p_failure=0.25 | trained / train | 4 |" in (root / "compare" / "compare.md").read_text()
+
+
+def test_may_start_keeps_one_run_per_warm_start_until_its_arm_has_it_cached(tmp_path):
+  runs = [sweep_py.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"), [])
+          for seed in (0, 1) for ws in (0, 1) for arm in ("a", "b")]
+  a00, b00, a10, b10, a01, b01, a11, b11 = runs  # arm, warm start, seed
+  assert sweep_py.may_start(b00, [a00], runs) is False  # warm start 0 may be computing for arm a
+  assert sweep_py.may_start(a10, [a00], runs) and sweep_py.may_start(b10, [a00], runs)  # other warm starts
+  assert sweep_py.may_start(a01, [a00], runs) is False
+  os.makedirs(os.path.join(a00.workdir, "checkpoints", "0"))  # arm a got past warm start 0: it is cached
+  assert sweep_py.may_start(a01, [a00], runs) and sweep_py.may_start(a01, [a00, b00], runs)
+  assert sweep_py.may_start(b00, [a00], runs) is False  # arm b's inputs may differ: not known cached
+  assert sweep_py.may_start(b00, [a10], runs)
+
+
+def test_tpu_dry_run_prints_the_tpu_run_command_of_every_run(tmp_path):
+  grid = _sweep_file(tmp_path, GRID)
+  root = tmp_path / "grid_root"
+  out = sweep(f"--sweep={grid}", f"--root={root}", "--tpu=ej", "--zone=us-east5-a", "--bucket=my-bucket", "--dry_run")
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "on machine ej" in out.stdout and "on TPU ej through launch/tpu.py run --wait" in out.stdout
+  lines = [shlex.split(line) for line in out.stdout.splitlines() if "python launch/tpu.py" in line]
+  assert len(lines) == 4 and all(line[:3] == ["pending", "python", "launch/tpu.py"] for line in lines)
+  arm, run = "p_failure=0.25", "ws0_seed1"
+  assert lines[3][3:] == [
+      "run", "--name=ej", "--zone=us-east5-a", "--config=configs/sge_coding.py",
+      f"--workdir=gs://my-bucket/sweeps/grid_root/ej/{arm}/{run}", f"--log=grid_root.ej.{arm}.{run}.log", "--wait",
+      f"--fetch={root}/ej/{arm}/{run}", "--poll_s=60", "--", "--config.seed=1", "--config.sft.seed=0",
+      "--config.train.num_iterations=3", "--config.sge.p_failure=0.25"]
+  # Each line is launch/tpu.py's own: it parses there, and its start command trains with the run's overrides.
+  start = tpu.wait_commands(tpu.parse_args(lines[3][3:]))[1]
+  assert start[-1].endswith(f"--workdir=gs://my-bucket/sweeps/grid_root/ej/{arm}/{run} --config.seed=1 "
+                            f"--config.sft.seed=0 --config.train.num_iterations=3 --config.sge.p_failure=0.25 > "
+                            f"grid_root.ej.{arm}.{run}.log 2>&1 < /dev/null & }}")
+  # Without a bucket the run directory is on worker 0's disk; --machine names the slice's runs.
+  out = sweep(f"--sweep={grid}", f"--root={root}", "--tpu=ej", "--zone=z", "--machine=v5p-8", "--dry_run")
+  assert out.returncode == 0 and f"--workdir=sweeps/grid_root/v5p-8/{arm}/{run}" in out.stdout
+  for flags, message in ((["--tpu=ej"], "--tpu needs --zone"), (["--zone=z"], "--zone is for runs on a slice"),
+                         (["--tpu=ej", "--zone=z", "--parallel=2"], "a slice runs one run of the sweep at a time"),
+                         (["--tpu=EJ", "--zone=z"], "--name='EJ' is not a TPU name")):
+    bad = sweep(f"--sweep={grid}", f"--root={root}", *flags, "--dry_run")
+    assert bad.returncode != 0 and message in bad.stderr, (flags, bad.stderr)
+
+
+def test_a_tpu_sweep_runs_on_a_fake_slice_and_resumes_from_it(tmp_path):
+  grid = _sweep_file(tmp_path, {**GRID, "seeds": 1})
+  (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+  bucket = f"bucket-{tmp_path.name}".lower().replace("_", "-")
+  env = {**fake_pod.make(tmp_path, str(tmp_path / "fake_train.py")), "FAKE_LOG": str(tmp_path / "trained.jsonl")}
+  root = tmp_path / "root"
+  command = [f"--sweep={grid}", f"--root={root}", "--tpu=ej", "--zone=z", f"--bucket={bucket}", "--poll_s=0.05",
+             "--machine=m1"]
+  out = sweep(*command, env=env)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  pod = tmp_path / "gcs" / bucket / "sweeps" / "root" / "m1"
+  assert [r["workdir"] for r in _launched(env["FAKE_LOG"])] == [str(pod / "p_failure=0" / "ws0_seed0"),
+                                                                str(pod / "p_failure=0.25" / "ws0_seed0")]
+  here = root / "m1" / "p_failure=0.25" / "ws0_seed0"  # the run's small files, copied back; its log
+  assert {"config.json", "metrics.jsonl", "provenance.json", "summary.json", "sweep_stderr.log"} <= set(
+      os.listdir(here))
+  table = (root / "compare" / "compare.md").read_text()
+  assert "| p_failure=0 | trained / train | 1 | 0.500" in table and "| p_failure=0.25 | trained / train | 1 |" in table
+
+  # Complete here: nothing is asked of the slice. A run whose copy here is lost is complete there: fetched only.
+  calls = len(fake_pod.calls(env))
+  again = sweep(*command, env=env)
+  assert again.returncode == 0 and "launched 0" in again.stdout and len(fake_pod.calls(env)) == calls
+  shutil.rmtree(here)
+  third = sweep(*command, env=env)
+  assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+  assert "launched 1, failed 0, 2 of 2 complete" in third.stdout and len(_launched(env["FAKE_LOG"])) == 2
+  assert sweep_py.is_complete(here)

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.launch import fake_pod
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "launch"))
 import tpu  # noqa: E402
@@ -187,6 +189,8 @@ def test_without_dry_run_the_same_commands_run_in_order(tmp_path):
     (["run", *V5P, "--bucket=b", "--", "--workdir=gs://b/y"], "give --workdir to tpu.py run"),
     (["run", *V5P, "--bucket=b", "--", "--config", "configs/grpo_coding.py"], "give --config to tpu.py run"),
     (["run", *V5P, "--bucket=b", "--", "--config.seed=1", "--dry_run"], "--dry_run after -- would go to train.py"),
+    (["run", *V5P, "--bucket=b", "--fetch=/tmp/x"], "--fetch copies a finished run's files, so it needs --wait"),
+    (["run", *V5P, "--bucket=b", "--wait", "--poll_s=0"], "--poll_s=0.0 must be positive"),
     (["delete", *V5P, "--", "--config.seed=1"], "arguments after -- are train.py's, for run only"),
     (["launch", *V5P], "invalid choice: 'launch'"),
 ])
@@ -238,3 +242,113 @@ def test_train_args_survive_both_shells(tmp_path):
 def test_install_line_is_one_valid_shell_command():
   assert tpu.INSTALL == INSTALL and "\n" not in INSTALL
   assert subprocess.run(["bash", "-n", "-c", INSTALL]).returncode == 0
+
+
+# The trainer on the fake slice's worker: waits for FAKE_RELEASE (if set), fails when FAKE_FAIL says so, else
+# writes a finished run's files (no summary.md: a config may not write every file the fetch asks for).
+TRAINER = """
+import os, sys, time
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+open(os.environ["FAKE_TRAINED"], "a").write(args["workdir"] + "\\n")
+while os.environ.get("FAKE_RELEASE") and not os.path.exists(os.environ["FAKE_RELEASE"]):
+  time.sleep(0.05)
+if os.environ.get("FAKE_FAIL"):
+  print("step 1/3", flush=True)
+  print("RuntimeError: boom", file=sys.stderr)
+  sys.exit(3)
+os.makedirs(args["workdir"], exist_ok=True)
+for name in ("config.json", "metrics.jsonl", "provenance.json", "summary.json"):
+  open(os.path.join(args["workdir"], name), "w").write("{}")
+print("step 3/3")
+"""
+
+
+def _slice(tmp_path, **extra):
+  (tmp_path / "train.py").write_text(TRAINER)
+  env = {**os.environ, **fake_pod.make(tmp_path, str(tmp_path / "train.py")),
+         "FAKE_TRAINED": str(tmp_path / "trained.txt"), **extra}
+  return env
+
+
+def _trained(tmp_path):
+  path = tmp_path / "trained.txt"
+  return path.read_text().splitlines() if path.exists() else []
+
+
+def test_wait_starts_a_stopped_run_waits_for_it_and_fetches_its_files(tmp_path):
+  bucket = f"bucket-{tmp_path.name}".lower().replace("_", "-")  # no other test's run matches this directory
+  env = _slice(tmp_path)
+  argv = ["run", *V5P, f"--bucket={bucket}", "--wait", f"--fetch={tmp_path / 'here'}", "--poll_s=0.05", "--",
+          "--config.seed=3"]
+  out = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=60, cwd=REPO,
+                       env=env)
+  assert out.returncode == 0, out.stdout + out.stderr
+  run_dir = f"gs://{bucket}/runs/sge_coding"
+  assert _trained(tmp_path) == [str(tmp_path / "gcs" / bucket / "runs" / "sge_coding")]
+  state, start, fetch_rest, fetch_summary = tpu.wait_commands(tpu.parse_args(argv))
+  calls = fake_pod.calls(env)
+  # Asked first, started because it was stopped, asked until complete, then the files, summary.json last.
+  assert calls[0] == state[1:] and calls[1] == start[1:] and calls[-2:] == [fetch_rest[1:], fetch_summary[1:]]
+  assert "--config.seed=3" in start[-1] and f"--workdir={run_dir}" in start[-1]
+  assert all(c == state[1:] for c in calls[2:-2])
+  assert set(map(tuple, fake_pod.calls(env, "worker"))) == {("storage", "ls", f"{run_dir}/summary.json")}
+  assert sorted(os.listdir(tmp_path / "here")) == ["config.json", "metrics.jsonl", "provenance.json", "summary.json"]
+  assert f"[tpu] complete: {run_dir}/summary.json" in out.stdout
+
+  # The same command again: complete on the slice, so nothing starts; the files are fetched again.
+  os.remove(env["FAKE_CALLS"])
+  again = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env=env)
+  assert again.returncode == 0, again.stderr
+  assert len(_trained(tmp_path)) == 1 and start[1:] not in fake_pod.calls(env)
+
+
+def test_wait_joins_a_running_run_and_reports_one_that_stopped(tmp_path):
+  release = tmp_path / "release"
+  env = _slice(tmp_path, FAKE_RELEASE=str(release))
+  workdir = f"sweeps/{tmp_path.name}/run"  # on worker 0's disk: state by test -f, files back by scp
+  base = ["run", *V5P, f"--workdir={workdir}", "--log=t.log"]
+  started = subprocess.run([sys.executable, SCRIPT, *base, "--no_follow"], capture_output=True, text=True,
+                           timeout=60, cwd=REPO, env=env)
+  assert started.returncode == 0, started.stderr
+  waiting = subprocess.Popen([sys.executable, SCRIPT, *base, "--wait", f"--fetch={tmp_path / 'here'}",
+                              "--poll_s=0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             env=env)
+  try:
+    first = [waiting.stdout.readline() for _ in range(2)]
+    assert "is already running on ej-v5p; waiting for it" in first[1], first
+    release.write_text("")
+    out, err = waiting.communicate(timeout=60)
+  finally:
+    waiting.kill()
+  assert waiting.returncode == 0, out + err
+  assert len(_trained(tmp_path)) == 1  # started once, by the first command
+  assert sorted(os.listdir(tmp_path / "here")) == ["config.json", "metrics.jsonl", "provenance.json", "summary.json"]
+  assert fake_pod.calls(env)[-1] == tpu.fetch_commands(tpu.parse_args([*base, "--wait"]), str(tmp_path / "here"))[
+      -1][1:]
+
+  # A run that dies: --wait exits non-zero with the tail of worker 0's log.
+  failing = subprocess.run([sys.executable, SCRIPT, "run", *V5P, f"--workdir={workdir}-fails", "--log=f.log",
+                            "--wait", "--poll_s=0.05"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                           env={**env, "FAKE_FAIL": "1"})
+  assert failing.returncode == 1
+  assert "stopped without summary.json" in failing.stderr and "RuntimeError: boom" in failing.stderr
+  assert "step 1/3" in failing.stderr
+
+
+def test_wait_dry_run_prints_the_state_query_start_and_fetch(tmp_path):
+  argv = ["run", *V6E, "--bucket=b", "--wait", "--fetch=out/run", "--dry_run", "--", "--config.seed=1"]
+  out = tpu_py(*argv)
+  assert out.returncode == 0 and out.stderr == "", out.stderr
+  state, start, rest, summary = [shlex.split(line) for line in out.stdout.splitlines()]
+  g = ["gcloud", "compute", "tpus", "tpu-vm"]
+  assert state[:8] == g + ["ssh", "ej-v6e", "--zone=europe-west4-a", "--worker=0"]
+  script = state[8][len("--command="):]
+  assert "gcloud storage ls gs://b/runs/sge_coding/summary.json" in script and "pgrep -f" in script
+  assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
+  assert start == commands("run", *V6E, "--bucket=b", "--no_follow", "--", "--config.seed=1")[0]
+  assert rest == ["gcloud", "storage", "cp", "--continue-on-error", "gs://b/runs/sge_coding/config.json",
+                  "gs://b/runs/sge_coding/metrics.jsonl", "gs://b/runs/sge_coding/summary.md",
+                  "gs://b/runs/sge_coding/provenance.json", "out/run", "--project=my-project"]
+  assert summary == ["gcloud", "storage", "cp", "gs://b/runs/sge_coding/summary.json", "out/run",
+                     "--project=my-project"]
