@@ -17,7 +17,7 @@ from explore_jax.envs.coding import (OPS, SPLITS, TestCase, humaneval_tasks, loa
                                      make_tasks, procedural_split, procedural_tasks, run_program)
 from explore_jax.envs.coding.tasks import humaneval_data_path, split_check
 
-FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "coding"
+FIXTURES = pathlib.Path(__file__).parents[2] / "third_party" / "coding"  # records from MBPP and LeetCodeDataset
 ROOT = pathlib.Path(__file__).parents[2]
 ASSERT = re.compile(r"assert f\((-?\d+)\) == (-?\d+)$")
 
