@@ -64,6 +64,7 @@ def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embe
   n = max(len(finished), 1)
   steps = sum(len(r.steps) for r in finished)
   new_tokens = sum(len(s.response.tokens) for r in finished for s in r.steps)
+  prompt_tokens = sum(len(s.prompt_ids) for r in finished for s in r.steps)
   sample_time = float(pool_metrics["policy_seconds"])
   return finished, {
       "success_rate": sum(r.success for r in finished) / n,
@@ -76,6 +77,9 @@ def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embe
       "time_rollout_s": wall, "time_sampling_s": sample_time,
       "time_environment_s": max(wall - sample_time, 0.0),
       "sample_tokens_per_s": new_tokens / max(sample_time, 1e-9),
+      # Prompt tokens prefilled per second of sampling: with short actions and long observations (the text
+      # worlds), prefill, not decoding, is where sampling time goes.
+      "sample_prompt_tokens_per_s": prompt_tokens / max(sample_time, 1e-9),
   }
 
 

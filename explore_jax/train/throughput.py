@@ -1,4 +1,5 @@
-"""How fast an iteration went: learner tokens/s, model TFLOP/s and MFU, sampler tokens/s, waiting for environments.
+"""How fast an iteration went: learner tokens/s, model TFLOP/s and MFU, sampler tokens/s (new tokens, and prompt
+tokens prefilled), waiting for environments.
 
 The learner counts what it computed on (Learner.update: `update/tokens`, the real prompt and response tokens of the
 valid rows of every minibatch, `update/attention_pairs`, the (query, key) pairs of causal attention among them, and
@@ -64,6 +65,8 @@ def iteration_metrics(m: dict[str, float], model_config: Any, peak: Optional[flo
   out: dict[str, float] = {}
   if m.get("sample_tokens_per_s") is not None:
     out["throughput/sampler_tokens_per_s"] = float(m["sample_tokens_per_s"])
+  if m.get("sample_prompt_tokens_per_s") is not None:
+    out["throughput/sampler_prompt_tokens_per_s"] = float(m["sample_prompt_tokens_per_s"])
   busy = m.get("time_rollout_s", 0.0) + m.get("time_update_s", 0.0)
   if busy > 0 and "time_environment_s" in m:
     out["throughput/env_wait_share"] = float(m["time_environment_s"]) / busy

@@ -59,11 +59,13 @@ def test_peak_from_override_table_or_unknown():
 
 
 def test_iteration_metrics_by_hand():
-  m = {"sample_tokens_per_s": 50.0, "time_rollout_s": 30.0, "time_environment_s": 6.0, "time_update_s": 10.0,
+  m = {"sample_tokens_per_s": 50.0, "sample_prompt_tokens_per_s": 900.0, "time_rollout_s": 30.0,
+       "time_environment_s": 6.0, "time_update_s": 10.0,
        "time_policy_update_s": 4.0, "update/tokens": 1000.0, "update/attention_pairs": 5000.0}
   out = throughput.iteration_metrics(m, TINY, peak=1.0)
   flops = 3 * (2 * throughput.matmul_weights_per_token(TINY) * 1000 + 4 * 4 * 8 * 32 * 5000)
   assert out["throughput/sampler_tokens_per_s"] == 50.0
+  assert out["throughput/sampler_prompt_tokens_per_s"] == 900.0
   assert out["throughput/env_wait_share"] == pytest.approx(6 / 40)
   assert out["throughput/learner_tokens_per_s"] == 250.0
   assert out["throughput/learner_tflops"] == pytest.approx(flops / 4 / 1e12)
