@@ -2,7 +2,8 @@
 
 `load_pretrained(name_or_dir)` is the one entry point: a directory holding config.json, safetensors and
 tokenizer files (a real Qwen/Llama checkpoint the user downloaded), or `"tiny"`, the built-in model,
-which is written once as such a directory and then read back through the very same code.
+which is written once as such a directory and then read back through the very same code. Qwen2.5-VL
+directories (and `"tiny-vl"`) load as a VLConfig and a params tree with its vision tower (hf/convert_vl.py).
 """
 
 from __future__ import annotations
@@ -17,27 +18,33 @@ from typing import Any, NamedTuple, Optional
 import jax
 from jax.sharding import Mesh
 
+from explore_jax.hf import convert, convert_vl
 from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
                                     save_params)
-from explore_jax.models.config import PRESETS, ModelConfig
+from explore_jax.models.config import PRESETS, VL_PRESETS, ModelConfig, VLConfig
 from explore_jax.models.transformer import Model
+from explore_jax.models.vl import VLModel
 from explore_jax.parallel import sharding
 
 TINY_ASSETS = os.path.join(os.path.dirname(__file__), "assets", "tiny")
 TINY_SEED = 0
 
+# The vision tokens the tiny-vl model adds after the tiny tokenizer's vocabulary, in id order (4096, 4097, 4098).
+TINY_VL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+
 __all__ = ["Pretrained", "UnsupportedCheckpointError", "config_from_hf", "hf_config_dict", "load_params",
-           "load_pretrained", "load_tokenizer", "save_params", "save_pretrained", "tiny_dir"]
+           "load_pretrained", "load_tokenizer", "save_params", "save_pretrained", "tiny_dir", "tiny_vl_dir",
+           "tiny_vl_tokenizer"]
 
 
 class Pretrained(NamedTuple):
-  config: ModelConfig
+  config: ModelConfig | VLConfig
   params: dict[str, Any]
   tokenizer: Any  # a transformers PreTrainedTokenizerFast
 
   @property
-  def model(self) -> Model:
-    return Model(self.config)
+  def model(self) -> Model | VLModel:
+    return VLModel(self.config) if isinstance(self.config, VLConfig) else Model(self.config)
 
 
 def load_tokenizer(directory: str):
@@ -61,15 +68,38 @@ def tiny_dir() -> str:
   config = PRESETS["tiny"]
   with open(os.path.join(TINY_ASSETS, "tokenizer.json"), "rb") as f:
     digest = hashlib.sha256(repr((config, TINY_SEED)).encode() + f.read()).hexdigest()[:12]
-  target = os.path.join(cache_root(), f"tiny-{digest}")
+  return _built_once(f"tiny-{digest}", config, Model(config), lambda: load_tokenizer(TINY_ASSETS))
+
+
+def tiny_vl_tokenizer():
+  """The tiny tokenizer with the three vision tokens of the tiny-vl model appended (ids 4096-4098)."""
+  from tokenizers import AddedToken
+
+  tokenizer = load_tokenizer(TINY_ASSETS)
+  tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in TINY_VL_TOKENS],
+                       special_tokens=True)
+  return tokenizer
+
+
+def tiny_vl_dir() -> str:
+  """The built-in tiny-vl checkpoint (VL_PRESETS["tiny-vl"], random weights) as a Hugging Face directory."""
+  config = VL_PRESETS["tiny-vl"]
+  with open(os.path.join(TINY_ASSETS, "tokenizer.json"), "rb") as f:
+    # mrope_section is spelled out: ModelConfig's repr leaves it out.
+    key = repr((config, config.text.mrope_section, TINY_VL_TOKENS, TINY_SEED)).encode()
+    digest = hashlib.sha256(key + f.read()).hexdigest()[:12]
+  return _built_once(f"tiny-vl-{digest}", config, VLModel(config), tiny_vl_tokenizer)
+
+
+def _built_once(name: str, config: ModelConfig | VLConfig, model: Model | VLModel, tokenizer_fn) -> str:
+  target = os.path.join(cache_root(), name)
   if os.path.exists(os.path.join(target, "config.json")):
     return target
   os.makedirs(cache_root(), exist_ok=True)
   # Built in a temporary directory and renamed, so concurrent first uses never see half a checkpoint.
-  tmp = tempfile.mkdtemp(prefix="tiny-", dir=cache_root())
-  params = Model(config).init(jax.random.key(TINY_SEED))
-  tokenizer = load_tokenizer(TINY_ASSETS)
-  save_pretrained(tmp, config, params, tokenizer)
+  tmp = tempfile.mkdtemp(prefix=name.rsplit("-", 1)[0] + "-", dir=cache_root())
+  params = model.init(jax.random.key(TINY_SEED))
+  save_pretrained(tmp, config, params, tokenizer_fn())
   try:
     os.rename(tmp, target)
   except OSError:  # another process won the race; its copy is identical
@@ -82,6 +112,8 @@ def resolve(name_or_dir: str) -> str:
     raise ValueError("no checkpoint given: set config.model.checkpoint to a local Hugging Face directory or 'tiny'")
   if name_or_dir == "tiny":
     return tiny_dir()
+  if name_or_dir == "tiny-vl":
+    return tiny_vl_dir()
   path = os.path.abspath(os.path.expanduser(name_or_dir))
   if not os.path.isdir(path):
     raise FileNotFoundError(f"checkpoint directory {path} does not exist (give a local directory or 'tiny')")
@@ -93,12 +125,13 @@ def load_pretrained(name_or_dir: str, *, param_dtype: str = "float32", dtype: Op
                     with_tokenizer: bool = True) -> Pretrained:
   """Config, params (sharded on `mesh` by the logical rules) and tokenizer of a local checkpoint."""
   path = resolve(name_or_dir)
-  config = config_from_hf(path, param_dtype=param_dtype, dtype=dtype)
-  params = load_params(path, config, mesh=mesh, rules=rules)
+  family = convert_vl if convert_vl.is_vl_checkpoint(path) else convert
+  config = family.config_from_hf(path, param_dtype=param_dtype, dtype=dtype)
+  params = family.load_params(path, config, mesh=mesh, rules=rules)
   return Pretrained(config, params, load_tokenizer(path) if with_tokenizer else None)
 
 
-def save_pretrained(out_dir: str, config: ModelConfig, params: dict[str, Any], tokenizer: Any = None,
+def save_pretrained(out_dir: str, config: ModelConfig | VLConfig, params: dict[str, Any], tokenizer: Any = None,
                     **config_overrides: Any) -> str:
   """Writes a directory that transformers (and `load_pretrained`) loads: config, weights, tokenizer."""
   out_dir = os.path.abspath(out_dir)
@@ -106,7 +139,8 @@ def save_pretrained(out_dir: str, config: ModelConfig, params: dict[str, Any], t
     tokenizer.save_pretrained(out_dir)
     special = {k: getattr(tokenizer, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     config_overrides = {**{k: v for k, v in special.items() if v is not None}, **config_overrides}
-  save_params(out_dir, config, params, **config_overrides)
+  family = convert_vl if isinstance(config, VLConfig) else convert
+  family.save_params(out_dir, config, params, **config_overrides)
   with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
     json.dump({k: v for k, v in config_overrides.items() if k.endswith("token_id")}, f, indent=2)
   return out_dir

@@ -99,9 +99,13 @@ def config_from_hf(hf_dir: str, *, param_dtype: str = "float32", dtype: Optional
 
 # ---- the name and layout mapping -------------------------------------------------------------------
 # Each entry: our leaf path -> (HF name with {i} for the layer, to_ours, to_hf). Linear weights are
-# stored [out, in] by PyTorch and [in, ...heads] by us.
+# stored [out, in] by PyTorch and [in, ...heads] by us. A leaf whose name has {i} stacks one checkpoint
+# tensor per index of its leading (layer) axis; load_mapped / save_mapped serve any such mapping
+# (hf/convert_vl.py adds a vision tower's).
+Mapping = dict[tuple[str, ...], tuple[str, Callable, Callable]]
 
-def _mapping(c: ModelConfig) -> dict[tuple[str, ...], tuple[str, Callable, Callable]]:
+
+def _mapping(c: ModelConfig) -> Mapping:
   E, H, K, D = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
   same = (lambda w: w, lambda w: w)
   t = (lambda w: w.T, lambda w: w.T)
@@ -154,18 +158,27 @@ def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
 def load_params(hf_dir: str, config: ModelConfig, *, mesh: Optional[Mesh] = None,
                 rules: Optional[sharding.Rules] = None) -> dict[str, Any]:
   """Imports a checkpoint's tensors into our params pytree, in config.param_dtype, sharded on `mesh`."""
-  reader = safetensors_io.CheckpointReader(hf_dir)
   model = Model(config)
-  shapes, axes = model.param_shapes(), model.param_axes()
-  np_dtype = _NP_DTYPES[config.param_dtype]
-  mapping = _mapping(config)
+  return load_mapped(hf_dir, _mapping(config), model.param_shapes(), model.param_axes(), config.param_dtype,
+                     mesh=mesh, rules=rules,
+                     unused=lambda n: config.tie_embeddings and n == "lm_head.weight")
+
+
+def load_mapped(hf_dir: str, mapping: Mapping, shapes: Any, axes: Any, param_dtype: str, *,
+                mesh: Optional[Mesh] = None, rules: Optional[sharding.Rules] = None,
+                unused: Callable[[str], bool] = lambda name: False) -> dict[str, Any]:
+  """The params tree `mapping` builds from a checkpoint, leaf by leaf, each placed on the devices (sharded by
+  its logical `axes` on `mesh`) before the next is read. Checkpoint tensors the mapping does not read are an
+  error unless `unused(name)` says they may be ignored."""
+  reader = safetensors_io.CheckpointReader(hf_dir)
+  np_dtype = _NP_DTYPES[param_dtype]
   expected = set()
   params: dict[str, Any] = {}
   for path, (name, to_ours, _) in mapping.items():
     shape = _get(shapes, path).shape
-    if path[0] == "layers":
+    if "{i}" in name:
       leaf = np.empty(shape, np_dtype)
-      for i in range(config.num_layers):
+      for i in range(shape[0]):
         leaf[i] = _checked(to_ours(reader.get(_need(reader, name.format(i=i), hf_dir))), shape[1:], name)
         expected.add(name.format(i=i))
     else:
@@ -177,8 +190,7 @@ def load_params(hf_dir: str, config: ModelConfig, *, mesh: Optional[Mesh] = None
     else:
       _set(params, path, jax.device_put(leaf))
     del leaf
-  unknown = [n for n in reader.keys() if n not in expected and not n.endswith(_IGNORED_SUFFIXES)
-             and not (config.tie_embeddings and n == "lm_head.weight")]
+  unknown = [n for n in reader.keys() if n not in expected and not n.endswith(_IGNORED_SUFFIXES) and not unused(n)]
   if unknown:
     raise UnsupportedCheckpointError(f"{hf_dir}: tensors our architecture does not use: {unknown[:5]}")
   return params
@@ -225,18 +237,25 @@ def hf_config_dict(config: ModelConfig, **overrides: Any) -> dict[str, Any]:
 def save_params(out_dir: str, config: ModelConfig, params: dict[str, Any], *,
                 max_shard_bytes: int = 5 * 2**30, **config_overrides: Any) -> None:
   """Writes config.json and safetensors that transformers' AutoModelForCausalLM loads."""
+  save_mapped(out_dir, _mapping(config), params, max_shard_bytes)
+  with open(os.path.join(out_dir, "config.json"), "w") as f:
+    json.dump(hf_config_dict(config, **config_overrides), f, indent=2)
+
+
+def save_mapped(out_dir: str, mapping: Mapping, params: dict[str, Any], max_shard_bytes: int = 5 * 2**30) -> None:
+  """Writes the checkpoint tensors `mapping` makes of `params`, streamed one tensor at a time."""
   os.makedirs(out_dir, exist_ok=True)
-  mapping = _mapping(config)
   entries, producers = [], {}
   for path, (name, _, to_hf) in mapping.items():
     leaf = _get(params, path)
     dtype = np.dtype(leaf.dtype)
-    layer_names = [name.format(i=i) for i in range(config.num_layers)] if path[0] == "layers" else [name]
+    stacked = "{i}" in name
+    layer_names = [name.format(i=i) for i in range(leaf.shape[0])] if stacked else [name]
     for i, n in enumerate(layer_names):
-      per = leaf.shape[1:] if path[0] == "layers" else leaf.shape
+      per = leaf.shape[1:] if stacked else leaf.shape
       shape = jax.eval_shape(to_hf, jax.ShapeDtypeStruct(per, dtype)).shape
       entries.append((n, shape, dtype))
-      producers[n] = (path, i if path[0] == "layers" else None, to_hf)
+      producers[n] = (path, i if stacked else None, to_hf)
 
   def produce(n: str) -> np.ndarray:
     path, i, to_hf = producers[n]
@@ -244,5 +263,3 @@ def save_params(out_dir: str, config: ModelConfig, params: dict[str, Any], *,
     return to_hf(np.asarray(leaf[i] if i is not None else leaf))
 
   safetensors_io.write_checkpoint(out_dir, entries, produce, max_shard_bytes)
-  with open(os.path.join(out_dir, "config.json"), "w") as f:
-    json.dump(hf_config_dict(config, **config_overrides), f, indent=2)

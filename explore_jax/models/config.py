@@ -1,4 +1,5 @@
-"""The policy model family's configuration: one dataclass covers Llama 2/3, Qwen2/2.5 and Qwen3."""
+"""The policy model family's configuration: one dataclass covers Llama 2/3, Qwen2/2.5 and Qwen3; VLConfig adds
+a vision tower to one of them (Qwen2.5-VL)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ class ModelConfig:
   """Shape and numerics of a decoder-only transformer.
 
   The architecture differences of the supported families are flags:
-  Llama 2/3 (untied, llama3 RoPE scaling), Qwen2/2.5 (`qkv_bias`), Qwen3 (`qk_norm`, often tied).
+  Llama 2/3 (untied, llama3 RoPE scaling), Qwen2/2.5 (`qkv_bias`), Qwen3 (`qk_norm`, often tied), the language
+  model of Qwen2.5-VL (`qkv_bias` and `mrope_section`).
   """
 
   vocab_size: int
@@ -38,6 +40,11 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"  # compute dtype; logits and softmax are always float32
   remat: bool = False  # rematerialise each layer in the backward pass (memory for compute)
+  # Multimodal RoPE (Qwen2-VL's mRoPE): the head_dim/2 rotary frequencies split into consecutive blocks of
+  # these sizes, block j rotated by a token's j-th position coordinate (temporal, height, width); () is plain
+  # RoPE. Left out of repr: hf.tiny_dir names the built-in checkpoint by repr(config), and the text models'
+  # names (and the warm starts cached under them) must not change.
+  mrope_section: tuple[int, ...] = dataclasses.field(default=(), repr=False)
 
   def __post_init__(self):
     for name in ("param_dtype", "dtype"):
@@ -47,6 +54,8 @@ class ModelConfig:
       raise ValueError(f"ModelConfig.rope_type={self.rope_type!r} is not supported; expected one of {ROPE_TYPES}")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+    if self.mrope_section and sum(self.mrope_section) != self.head_dim // 2:
+      raise ValueError(f"mrope_section={self.mrope_section} must sum to head_dim/2={self.head_dim // 2}")
 
   @property
   def jnp_param_dtype(self):
@@ -109,3 +118,144 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
   if name not in PRESETS:
     raise KeyError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
   return PRESETS[name].replace(**overrides)
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+  """Shape of a Qwen2.5-VL vision tower.
+
+  A ViT over patches of `temporal_patch_size` frames x `patch_size`^2 pixels with 2-D (height, width) RoPE;
+  every block but `fullatt_block_indexes` attends within windows of `window_size` pixels per side only, and
+  a merger maps each `spatial_merge_size`^2 block of neighbouring patches to one language-model token.
+  """
+
+  depth: int
+  hidden_size: int
+  intermediate_size: int
+  num_heads: int
+  out_hidden_size: int  # the language model's hidden size
+  in_channels: int = 3
+  patch_size: int = 14
+  temporal_patch_size: int = 2
+  spatial_merge_size: int = 2
+  window_size: int = 112
+  fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
+  rope_theta: float = 10_000.0
+  param_dtype: str = "float32"
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    for name in ("param_dtype", "dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(f"VisionConfig.{name}={getattr(self, name)!r}: expected one of {sorted(_DTYPES)}")
+    if self.hidden_size % self.num_heads or self.head_dim % 4:
+      raise ValueError(f"vision hidden_size={self.hidden_size} / num_heads={self.num_heads} must be a multiple "
+                       "of 4 (the 2-D RoPE gives height and width a quarter of each head's dimensions each)")
+    if self.window_merged < 1:
+      raise ValueError(f"window_size={self.window_size} is smaller than one merged token "
+                       f"({self.patch_size * self.spatial_merge_size} pixels)")
+    if any(not 0 <= i < self.depth for i in self.fullatt_block_indexes):
+      raise ValueError(f"fullatt_block_indexes={self.fullatt_block_indexes} outside depth={self.depth}")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def patch_dim(self) -> int:
+    """Values per patch as the image processor flattens it: channels x frames x pixels x pixels."""
+    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+  @property
+  def merge_unit(self) -> int:
+    """Patches per language-model token."""
+    return self.spatial_merge_size ** 2
+
+  @property
+  def window_merged(self) -> int:
+    """Side of an attention window in merged tokens (Hugging Face's vit_merger_window_size)."""
+    return self.window_size // self.spatial_merge_size // self.patch_size
+
+  @property
+  def jnp_param_dtype(self):
+    return _DTYPES[self.param_dtype]
+
+  @property
+  def jnp_dtype(self):
+    return _DTYPES[self.dtype]
+
+  def replace(self, **kwargs: Any) -> "VisionConfig":
+    return dataclasses.replace(self, **kwargs)
+
+  def num_params(self) -> int:
+    e, f, m = self.hidden_size, self.intermediate_size, self.merge_unit * self.hidden_size
+    block = 2 * e + 4 * e * e + 4 * e + 3 * e * f + 2 * f + e
+    merger = e + m * m + m + m * self.out_hidden_size + self.out_hidden_size
+    return self.patch_dim * e + self.depth * block + merger
+
+
+@dataclasses.dataclass(frozen=True)
+class VLConfig:
+  """A vision-language model (Qwen2.5-VL): a vision tower whose merged patch features replace the embeddings of
+  the prompt's image tokens, and a language model with multimodal RoPE. The prompt lays out each image as
+  <vision_start> <image_token> x (patches / merge_unit) <vision_end>, as Hugging Face's processor does."""
+
+  text: ModelConfig
+  vision: VisionConfig
+  image_token_id: int
+  vision_start_token_id: int
+  vision_end_token_id: int
+
+  def __post_init__(self):
+    if len(self.text.mrope_section) != 3:
+      raise ValueError(f"the language model needs a 3-part mrope_section (temporal, height, width); "
+                       f"got {self.text.mrope_section}")
+    if self.vision.out_hidden_size != self.text.hidden_size:
+      raise ValueError(f"vision out_hidden_size={self.vision.out_hidden_size} differs from the language "
+                       f"model's hidden_size={self.text.hidden_size}")
+    for name in ("image_token_id", "vision_start_token_id", "vision_end_token_id"):
+      if not 0 <= getattr(self, name) < self.text.vocab_size:
+        raise ValueError(f"{name}={getattr(self, name)} is outside the vocabulary ({self.text.vocab_size})")
+
+  def replace(self, **kwargs: Any) -> "VLConfig":
+    return dataclasses.replace(self, **kwargs)
+
+  def num_params(self) -> int:
+    return self.text.num_params() + self.vision.num_params()
+
+
+_QWEN25_VL_TOKENS = dict(image_token_id=151_655, vision_start_token_id=151_652, vision_end_token_id=151_653)
+VL_PRESETS: dict[str, VLConfig] = {
+    # Small enough to train on 2 CPU cores: the tiny model's shape as a Qwen2.5-VL language model, a 4-block
+    # vision tower with real patch geometry (so real image processors apply), and three vision tokens after
+    # the tiny tokenizer's 4096 (hf.tiny_vl_tokenizer adds them; the vocabulary is padded to a multiple of 8).
+    "tiny-vl": VLConfig(
+        text=ModelConfig(
+            vocab_size=4104, hidden_size=256, intermediate_size=704, num_layers=4, num_heads=8, num_kv_heads=4,
+            head_dim=32, rope_theta=1_000_000.0, qkv_bias=True, tie_embeddings=True,
+            max_position_embeddings=4096, mrope_section=(4, 6, 6)),
+        vision=VisionConfig(depth=4, hidden_size=64, intermediate_size=176, num_heads=4, out_hidden_size=256,
+                            fullatt_block_indexes=(1, 3)),
+        image_token_id=4098, vision_start_token_id=4096, vision_end_token_id=4097),
+    "qwen2.5-vl-3b": VLConfig(
+        text=ModelConfig(
+            vocab_size=151_936, hidden_size=2048, intermediate_size=11_008, num_layers=36, num_heads=16,
+            num_kv_heads=2, head_dim=128, rope_theta=1_000_000.0, qkv_bias=True, tie_embeddings=True,
+            max_position_embeddings=128_000, mrope_section=(16, 24, 24)),
+        vision=VisionConfig(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048),
+        **_QWEN25_VL_TOKENS),
+    "qwen2.5-vl-7b": VLConfig(
+        text=ModelConfig(
+            vocab_size=152_064, hidden_size=3584, intermediate_size=18_944, num_layers=28, num_heads=28,
+            num_kv_heads=4, head_dim=128, rope_theta=1_000_000.0, qkv_bias=True,
+            max_position_embeddings=128_000, mrope_section=(16, 24, 24)),
+        vision=VisionConfig(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584),
+        **_QWEN25_VL_TOKENS),
+}
+
+
+def vl_preset(name: str, **overrides: Any) -> VLConfig:
+  """A named vision-language preset, with field overrides of the VLConfig (e.g. text=..., vision=...)."""
+  if name not in VL_PRESETS:
+    raise KeyError(f"unknown vision-language preset {name!r}; known: {sorted(VL_PRESETS)}")
+  return VL_PRESETS[name].replace(**overrides)

@@ -1,4 +1,4 @@
-"""A pure-functional decoder-only transformer (Llama 2/3, Qwen2/2.5, Qwen3).
+"""A pure-functional decoder-only transformer (Llama 2/3, Qwen2/2.5, Qwen3, the language model of Qwen2.5-VL).
 
 Parameters are a plain pytree of arrays, layers stacked on a leading axis and run under `lax.scan`:
 
@@ -15,7 +15,9 @@ outputs the projections add.
 Attention works in cache *slots*: a query in slot i sees keys in slots j <= i that are valid. Without a
 cache the slots are the T input positions; with one, the T new tokens are written at slots
 [cache.index, cache.index + T). Positions (for RoPE) are given explicitly per token, so left padding,
-right padding and packed rows all work; `attention_mask` marks the real tokens.
+right padding and packed rows all work; `attention_mask` marks the real tokens. With `config.mrope_section`
+a token's position may be three coordinates (temporal, height, width: multimodal RoPE, models/vl.py), and
+`embeds` may replace the token embeddings (a VLM's image features at its image tokens).
 
 Two layer loops: without a cache (training, scoring) the layers run under `lax.scan`, which keeps compile
 time flat in depth. With a cache (sampling) they are unrolled over one [B, kv_heads, S, head_dim] buffer
@@ -31,6 +33,7 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from explore_jax.models.config import ModelConfig
@@ -55,45 +58,72 @@ class ModelOutput(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Spec:
+class ParamSpec:
+  """One parameter: its shape, the logical names of its axes (which the sharding rules map to the mesh), and
+  how it starts. A tree of these defines a model's params (here and in models/vision.py)."""
   shape: tuple[int, ...]
   axes: tuple[Optional[str], ...]
   init: str  # "normal", "ones" or "zeros"
+
+
+def _is_spec(x: Any) -> bool:
+  return isinstance(x, ParamSpec)
+
+
+def spec_axes(specs: Any) -> Params:
+  """The tree with each ParamSpec replaced by its tuple of logical axis names."""
+  return jax.tree.map(lambda s: s.axes, specs, is_leaf=_is_spec)
+
+
+def spec_shapes(specs: Any, dtype: Any) -> Params:
+  """The tree of jax.ShapeDtypeStruct (no memory)."""
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), specs, is_leaf=_is_spec)
+
+
+def spec_init(specs: Any, rng: jax.Array, std: float, dtype: Any) -> Params:
+  """Random parameters: normal(0, std) matrices, unit norms, zero biases (Hugging Face's defaults)."""
+  leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+  keys = jax.random.split(rng, len(leaves))
+
+  def make(spec: ParamSpec, key: jax.Array) -> jax.Array:
+    if spec.init == "ones":
+      return jnp.ones(spec.shape, dtype)
+    if spec.init == "zeros":
+      return jnp.zeros(spec.shape, dtype)
+    return (std * jax.random.normal(key, spec.shape, jnp.float32)).astype(dtype)
+
+  return jax.tree.unflatten(treedef, [make(s, k) for s, k in zip(leaves, keys)])
 
 
 def _param_specs(c: ModelConfig) -> dict[str, Any]:
   L, E, F, H, K, D = (c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads,
                       c.head_dim)
   layers = {
-      "attn_norm": _Spec((L, E), ("layers", "embed"), "ones"),
-      "q": _Spec((L, E, H, D), ("layers", "embed", "q_heads", "head_dim"), "normal"),
-      "k": _Spec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
-      "v": _Spec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
-      "o": _Spec((L, H, D, E), ("layers", "q_heads", "head_dim", "embed"), "normal"),
-      "mlp_norm": _Spec((L, E), ("layers", "embed"), "ones"),
-      "gate": _Spec((L, E, F), ("layers", "embed", "mlp"), "normal"),
-      "up": _Spec((L, E, F), ("layers", "embed", "mlp"), "normal"),
-      "down": _Spec((L, F, E), ("layers", "mlp", "embed"), "normal"),
+      "attn_norm": ParamSpec((L, E), ("layers", "embed"), "ones"),
+      "q": ParamSpec((L, E, H, D), ("layers", "embed", "q_heads", "head_dim"), "normal"),
+      "k": ParamSpec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+      "v": ParamSpec((L, E, K, D), ("layers", "embed", "kv_heads", "head_dim"), "normal"),
+      "o": ParamSpec((L, H, D, E), ("layers", "q_heads", "head_dim", "embed"), "normal"),
+      "mlp_norm": ParamSpec((L, E), ("layers", "embed"), "ones"),
+      "gate": ParamSpec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+      "up": ParamSpec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+      "down": ParamSpec((L, F, E), ("layers", "mlp", "embed"), "normal"),
   }
   if c.qkv_bias:
-    layers["q_bias"] = _Spec((L, H, D), ("layers", "q_heads", "head_dim"), "zeros")
-    layers["k_bias"] = _Spec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
-    layers["v_bias"] = _Spec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
+    layers["q_bias"] = ParamSpec((L, H, D), ("layers", "q_heads", "head_dim"), "zeros")
+    layers["k_bias"] = ParamSpec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
+    layers["v_bias"] = ParamSpec((L, K, D), ("layers", "kv_heads", "head_dim"), "zeros")
   if c.qk_norm:
-    layers["q_norm"] = _Spec((L, D), ("layers", "head_dim"), "ones")
-    layers["k_norm"] = _Spec((L, D), ("layers", "head_dim"), "ones")
+    layers["q_norm"] = ParamSpec((L, D), ("layers", "head_dim"), "ones")
+    layers["k_norm"] = ParamSpec((L, D), ("layers", "head_dim"), "ones")
   specs: dict[str, Any] = {
-      "embed": _Spec((c.vocab_size, E), ("vocab", "embed"), "normal"),
+      "embed": ParamSpec((c.vocab_size, E), ("vocab", "embed"), "normal"),
       "layers": layers,
-      "final_norm": _Spec((E,), ("embed",), "ones"),
+      "final_norm": ParamSpec((E,), ("embed",), "ones"),
   }
   if not c.tie_embeddings:
-    specs["lm_head"] = _Spec((E, c.vocab_size), ("embed", "vocab"), "normal")
+    specs["lm_head"] = ParamSpec((E, c.vocab_size), ("embed", "vocab"), "normal")
   return specs
-
-
-def _is_spec(x: Any) -> bool:
-  return isinstance(x, _Spec)
 
 
 def rope_inv_freq(c: ModelConfig) -> jax.Array:
@@ -115,17 +145,33 @@ def rope_inv_freq(c: ModelConfig) -> jax.Array:
   return inv
 
 
-def _rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-  """Rotary embedding in the half-split layout of Hugging Face checkpoints. x: [B, T, N, D]."""
-  freqs = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
-  emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+def rope_angles(positions: jax.Array, inv_freq: jax.Array, sections: tuple[int, ...] = ()) -> jax.Array:
+  """Rotation angles [..., D/2] of RoPE: each frequency times the position it rotates by.
+
+  Without `sections`, positions [...] give all frequencies the token's one position. With them, positions
+  [..., A] give each token A coordinates and the frequencies split into consecutive blocks of these sizes,
+  block j rotating by coordinate j: Qwen2-VL's multimodal RoPE (temporal, height, width) and the 2-D RoPE
+  of its vision tower (height, width).
+  """
+  if not sections:
+    return positions[..., None].astype(jnp.float32) * inv_freq
+  if positions.shape[-1] != len(sections):
+    raise ValueError(f"positions have {positions.shape[-1]} coordinates; sections {sections} need {len(sections)}")
+  coordinate = np.repeat(np.arange(len(sections)), sections)  # [D/2]: which coordinate each frequency uses
+  return positions[..., coordinate].astype(jnp.float32) * inv_freq
+
+
+def apply_rope(x: jax.Array, angles: jax.Array) -> jax.Array:
+  """Rotary embedding in the half-split layout of Hugging Face checkpoints. x [..., N, D], angles [..., D/2]
+  (the same for all N heads)."""
+  emb = jnp.concatenate([angles, angles], axis=-1)[..., None, :]
   cos, sin = jnp.cos(emb).astype(x.dtype), jnp.sin(emb).astype(x.dtype)
   half = x.shape[-1] // 2
   rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
   return x * cos + rotated * sin
 
 
-def _rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
   x32 = x.astype(jnp.float32)
   normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
   return weight.astype(x.dtype) * normed.astype(x.dtype)
@@ -146,29 +192,15 @@ class Model:
   # ---- parameters -------------------------------------------------------------------------------
   def param_axes(self) -> Params:
     """The params tree with each leaf replaced by its tuple of logical axis names."""
-    return jax.tree.map(lambda s: s.axes, _param_specs(self.config), is_leaf=_is_spec)
+    return spec_axes(_param_specs(self.config))
 
   def param_shapes(self) -> Params:
     """The params tree of jax.ShapeDtypeStruct (no memory)."""
-    dt = self.config.jnp_param_dtype
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, dt), _param_specs(self.config),
-                        is_leaf=_is_spec)
+    return spec_shapes(_param_specs(self.config), self.config.jnp_param_dtype)
 
   def init(self, rng: jax.Array, std: float = 0.02) -> Params:
     """Random parameters: normal(0, std) matrices, unit norms, zero biases (Hugging Face's defaults)."""
-    specs = _param_specs(self.config)
-    leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
-    keys = jax.random.split(rng, len(leaves))
-    dt = self.config.jnp_param_dtype
-
-    def make(spec: _Spec, key: jax.Array) -> jax.Array:
-      if spec.init == "ones":
-        return jnp.ones(spec.shape, dt)
-      if spec.init == "zeros":
-        return jnp.zeros(spec.shape, dt)
-      return (std * jax.random.normal(key, spec.shape, jnp.float32)).astype(dt)
-
-    return jax.tree.unflatten(treedef, [make(s, k) for s, k in zip(leaves, keys)])
+    return spec_init(_param_specs(self.config), rng, std, self.config.jnp_param_dtype)
 
   def init_cache(self, batch: int, length: int) -> KVCache:
     """An empty KV cache of `length` slots in the compute dtype."""
@@ -189,9 +221,13 @@ class Model:
 
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array,
             cache: Optional[KVCache] = None, *, attention_mask: Optional[jax.Array] = None,
-            return_hidden: bool = False, logits_to_keep: int = 0) -> ModelOutput:
+            return_hidden: bool = False, logits_to_keep: int = 0,
+            embeds: Optional[jax.Array] = None) -> ModelOutput:
     """Logits for `tokens` [B, T] at RoPE `positions` [B, T]; writes into and returns `cache` if given.
 
+    With `config.mrope_section`, positions may also be [B, T, 3] (multimodal RoPE; [B, T] means the same
+    position on all three). `embeds` [B, T, E], when given, is the first layer's input instead of the
+    embeddings of `tokens` (which then only give the shape).
     attention_mask [B, T] (default all ones) marks real tokens; padding is never attended to.
     logits_to_keep > 0 projects only the last that many positions onto the vocabulary (logits
     [B, logits_to_keep, V]): the learner scores responses, not prompts, and the [B, T, V] logits of a
@@ -214,22 +250,27 @@ class Model:
     query_slot = start + jnp.arange(T)
     visible = (jnp.arange(S)[None, :] <= query_slot[:, None])[None] & key_mask[:, None, :]  # [B, T, S]
 
-    x = params["embed"].astype(dt)[tokens]
+    x = params["embed"].astype(dt)[tokens] if embeds is None else embeds.astype(dt)
     x = self._constrain(x, ("batch", "length", "act_embed"))
-    inv_freq = rope_inv_freq(c)
+    if positions.ndim == tokens.ndim:
+      angles = rope_angles(positions, rope_inv_freq(c))
+    elif c.mrope_section:
+      angles = rope_angles(positions, rope_inv_freq(c), c.mrope_section)
+    else:
+      raise ValueError(f"positions of shape {positions.shape} for tokens {tokens.shape} need config.mrope_section")
 
     adapters = params.get("lora", {})
 
     def attention_inputs(x, lp, la):
-      h = _rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
+      h = rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
       q = _dense("bte,ehd->bthd", h, lp, la, "q", dt)
       k = _dense("bte,ehd->bthd", h, lp, la, "k", dt)
       v = _dense("bte,ehd->bthd", h, lp, la, "v", dt)
       if c.qkv_bias:
         q, k, v = q + lp["q_bias"].astype(dt), k + lp["k_bias"].astype(dt), v + lp["v_bias"].astype(dt)
       if c.qk_norm:
-        q, k = _rms_norm(q, lp["q_norm"], c.rms_norm_eps), _rms_norm(k, lp["k_norm"], c.rms_norm_eps)
-      q, k = _rope(q, positions, inv_freq), _rope(k, positions, inv_freq)
+        q, k = rms_norm(q, lp["q_norm"], c.rms_norm_eps), rms_norm(k, lp["k_norm"], c.rms_norm_eps)
+      q, k = apply_rope(q, angles), apply_rope(k, angles)
       q = self._constrain(q, ("batch", "length", "q_heads", "head_dim"))
       # Keys and values head-major, [B, K, T, D]: the layout of the cache and of the attention dots.
       return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
@@ -238,7 +279,7 @@ class Model:
       attn = self._constrain(attn, ("batch", "length", "q_heads", "head_dim"))
       x = x + _dense("bthd,hde->bte", attn, lp, la, "o", dt)
       x = self._constrain(x, ("batch", "length", "act_embed"))
-      h = _rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
+      h = rms_norm(x, lp["mlp_norm"], c.rms_norm_eps)
       gate = _dense("bte,ef->btf", h, lp, la, "gate", dt)
       up = _dense("bte,ef->btf", h, lp, la, "up", dt)
       act = self._constrain(jax.nn.silu(gate) * up, ("batch", "length", "mlp"))
@@ -249,7 +290,7 @@ class Model:
       def layer(x, layer_params):
         lp, la = layer_params
         q, k, v = attention_inputs(x, lp, la)
-        return attention_out_and_mlp(x, lp, la, _attention(q, k, v, visible)), None
+        return attention_out_and_mlp(x, lp, la, attention(q, k, v, visible)), None
 
       if c.remat:
         layer = jax.checkpoint(layer, prevent_cse=False)
@@ -262,10 +303,10 @@ class Model:
         q, k, v = attention_inputs(x, lp, la)
         ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
         vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
-        x = attention_out_and_mlp(x, lp, la, _attention(q, ks[i], vs[i], visible))
+        x = attention_out_and_mlp(x, lp, la, attention(q, ks[i], vs[i], visible))
       new_cache = KVCache(k=tuple(ks), v=tuple(vs), mask=key_mask, index=start + T)
 
-    hidden = _rms_norm(x, params["final_norm"], c.rms_norm_eps)
+    hidden = rms_norm(x, params["final_norm"], c.rms_norm_eps)
     head = params["embed"].T if c.tie_embeddings else params["lm_head"]
     scored = hidden[:, T - logits_to_keep:] if 0 < logits_to_keep < T else hidden
     logits = jnp.einsum("bte,ev->btv", scored, head.astype(dt), preferred_element_type=jnp.float32)
@@ -283,7 +324,7 @@ def _dense(equation: str, x: jax.Array, lp: Params, la: Params, name: str, dt: A
   return y
 
 
-def _attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
   """Grouped-query attention. q [B,T,H,D], k/v [B,K,S,D], visible [B,T,S] -> [B,T,H,D]."""
   B, T, H, D = q.shape
   K = k.shape[1]

@@ -1,0 +1,206 @@
+"""The Qwen2.5-VL vision tower as pure functions of a params pytree, and the host-side layout of its inputs.
+
+Parameters, blocks stacked on a leading axis and run under `lax.scan` like the language model's layers:
+
+  patch_embed [patch_dim, embed]               (patch_dim = channels x temporal_patch x patch x patch)
+  layers/norm1, norm2 [L, embed]
+  layers/qkv [L, embed, 3, heads, head_dim]    layers/qkv_bias [L, 3, heads, head_dim]
+  layers/o [L, heads, head_dim, embed]         layers/o_bias [L, embed]
+  layers/gate, up [L, embed, mlp]              layers/gate_bias, up_bias [L, mlp]
+  layers/down [L, mlp, embed]                  layers/down_bias [L, embed]
+  merger/norm [embed]  merger/fc1 [unit*embed, unit*embed]  merger/fc2 [unit*embed, out]  (+ fc1_bias, fc2_bias)
+
+Every axis carries the language model's logical names (embed, q_heads, head_dim, mlp, layers), so the same
+sharding rules place the tower; the patch axis of activations is "length" (replicated by default).
+
+Images arrive as Hugging Face's image processor (Qwen2VLImageProcessor) lays them out: the patches of all
+images concatenated, pixel_values [N, patch_dim] with image_grid_thw [images, 3] in patches, each frame's
+patches in raster order of spatial_merge_size^2 blocks whose own patches are consecutive. `patchify` makes
+that layout from an image array. The merger concatenates each run of merge_unit consecutive patches into one
+language-model token.
+
+Attention. Transformers reorders the patches window by window and attends within each window (or, in the
+`fullatt_block_indexes` blocks, each frame) by variable-length attention. We keep the patches where they are
+and mask instead: `vision_inputs` gives every patch a segment id per attention kind, and a patch sees the
+patches of its segment. Attention is indifferent to the order of its keys and windows are made of whole
+merge blocks, so the result is the same, with static shapes and no gathers. The price is [N, N] scores per
+block over all patches of the call, which suits the few small images of an agent's prompt; many large images
+would want a segment-aware attention kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from explore_jax.models.config import VisionConfig
+from explore_jax.models.transformer import (ParamSpec, Params, apply_rope, attention, rms_norm, rope_angles,
+                                            spec_axes, spec_init, spec_shapes)
+from explore_jax.parallel import sharding
+
+PADDING = -1  # segment id of padding patches: they see only each other, and no image token reads them
+NORM_EPS = 1e-6  # of every RMSNorm in the tower (fixed in transformers, not a config field)
+
+
+class VisionInputs(NamedTuple):
+  """What the tower reads: patches and, computed on the host from image_grid_thw, where each one is."""
+  patches: jax.Array    # [N, patch_dim] as the image processor flattens them
+  positions: jax.Array  # [N, 2] int32: the patch's row and column in its image (the 2-D RoPE coordinates)
+  segments: jax.Array   # [N, 2] int32: attention segment for full attention (image frame) and for windows
+
+
+def patchify(image: np.ndarray, config: VisionConfig) -> tuple[np.ndarray, tuple[int, int, int]]:
+  """One image [H, W, C] (already resized and normalised) as pixel_values [h*w, patch_dim] and its grid
+  (1, h, w) in patches, laid out as Hugging Face's Qwen2VLImageProcessor does: the still image repeated over
+  the temporal patch, patches in merge-block order, each flattened channel, frame, row, column."""
+  P, m, T = config.patch_size, config.spatial_merge_size, config.temporal_patch_size
+  H, W, C = image.shape
+  if H % (P * m) or W % (P * m) or C != config.in_channels:
+    raise ValueError(f"image of shape {image.shape}: height and width must be multiples of {P * m} "
+                     f"(patch_size x spatial_merge_size) and channels {config.in_channels}")
+  h, w = H // P, W // P
+  x = image.reshape(h // m, m, P, w // m, m, P, C)
+  x = x.transpose(0, 3, 1, 4, 6, 2, 5)  # [h/m, w/m, m, m, C, P, P]: merge blocks, then their patches
+  x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T, P, P))
+  return np.ascontiguousarray(x).reshape(h * w, config.patch_dim), (1, h, w)
+
+
+def vision_inputs(pixel_values: np.ndarray, grid_thw: np.ndarray, config: VisionConfig,
+                  pad_to: Optional[int] = None) -> VisionInputs:
+  """Positions and attention segments of every patch, from each image's (t, h, w) grid.
+
+  A frame is a full-attention segment; its merged tokens (blocks of m x m patches) are cut into windows of
+  `config.window_merged` blocks per side from the top-left, the last row and column of windows possibly
+  smaller, as transformers' get_vision_window_index does. `pad_to` appends zero patches of segment PADDING
+  up to that many, so calls with different images can share one compiled shape.
+  """
+  grid_thw = np.asarray(grid_thw, np.int64).reshape(-1, 3)
+  m, ws = config.spatial_merge_size, config.window_merged
+  positions, full, window = [], [], []
+  frame = windows = 0
+  for t, h, w in grid_thw.tolist():
+    if h % m or w % m:
+      raise ValueError(f"image grid {(t, h, w)}: height and width must be multiples of spatial_merge_size={m}")
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    rc = np.stack([rows, cols], axis=-1).reshape(h // m, m, w // m, m, 2).transpose(0, 2, 1, 3, 4).reshape(-1, 2)
+    br, bc = np.meshgrid(np.arange(h // m), np.arange(w // m), indexing="ij")  # merged token's row, column
+    windows_w = -(-(w // m) // ws)
+    block_window = ((br // ws) * windows_w + bc // ws).reshape(-1)
+    per_frame = -(-(h // m) // ws) * windows_w
+    for _ in range(t):
+      positions.append(rc)
+      full.append(np.full(h * w, frame))
+      window.append(np.repeat(block_window, m * m) + windows)
+      frame += 1
+      windows += per_frame
+  n = int(grid_thw.prod(axis=1).sum())
+  pixel_values = np.asarray(pixel_values)
+  if pixel_values.shape != (n, config.patch_dim):
+    raise ValueError(f"pixel_values of shape {pixel_values.shape}; image_grid_thw implies {(n, config.patch_dim)}")
+  total = n if pad_to is None else pad_to
+  if total < n or total % config.merge_unit:
+    raise ValueError(f"pad_to={pad_to} must be at least {n} patches and a multiple of {config.merge_unit}")
+  pad = total - n
+  positions = np.concatenate(positions + [np.zeros((pad, 2), np.int64)])
+  segments = np.stack([np.concatenate(full + [np.full(pad, PADDING)]),
+                       np.concatenate(window + [np.full(pad, PADDING)])], axis=-1)
+  patches = np.concatenate([pixel_values, np.zeros((pad, config.patch_dim), pixel_values.dtype)])
+  return VisionInputs(patches=patches, positions=positions.astype(np.int32), segments=segments.astype(np.int32))
+
+
+def _param_specs(c: VisionConfig) -> dict:
+  L, E, F, H, D = c.depth, c.hidden_size, c.intermediate_size, c.num_heads, c.head_dim
+  M, O = c.merge_unit * E, c.out_hidden_size
+  return {
+      "patch_embed": ParamSpec((c.patch_dim, E), (None, "embed"), "normal"),
+      "layers": {
+          "norm1": ParamSpec((L, E), ("layers", "embed"), "ones"),
+          "qkv": ParamSpec((L, E, 3, H, D), ("layers", "embed", None, "q_heads", "head_dim"), "normal"),
+          "qkv_bias": ParamSpec((L, 3, H, D), ("layers", None, "q_heads", "head_dim"), "zeros"),
+          "o": ParamSpec((L, H, D, E), ("layers", "q_heads", "head_dim", "embed"), "normal"),
+          "o_bias": ParamSpec((L, E), ("layers", "embed"), "zeros"),
+          "norm2": ParamSpec((L, E), ("layers", "embed"), "ones"),
+          "gate": ParamSpec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+          "gate_bias": ParamSpec((L, F), ("layers", "mlp"), "zeros"),
+          "up": ParamSpec((L, E, F), ("layers", "embed", "mlp"), "normal"),
+          "up_bias": ParamSpec((L, F), ("layers", "mlp"), "zeros"),
+          "down": ParamSpec((L, F, E), ("layers", "mlp", "embed"), "normal"),
+          "down_bias": ParamSpec((L, E), ("layers", "embed"), "zeros"),
+      },
+      "merger": {
+          "norm": ParamSpec((E,), ("embed",), "ones"),
+          "fc1": ParamSpec((M, M), ("embed", "mlp"), "normal"),
+          "fc1_bias": ParamSpec((M,), ("mlp",), "zeros"),
+          "fc2": ParamSpec((M, O), ("mlp", "embed"), "normal"),
+          "fc2_bias": ParamSpec((O,), ("embed",), "zeros"),
+      },
+  }
+
+
+def rope_inv_freq(c: VisionConfig) -> jax.Array:
+  """Inverse frequencies [head_dim/2] of the tower's 2-D RoPE: head_dim/4 frequencies (those of a RoPE over
+  head_dim/2) for the row, the same again for the column."""
+  quarter = 1.0 / (c.rope_theta ** (jnp.arange(0, c.head_dim // 2, 2, dtype=jnp.float32) / (c.head_dim // 2)))
+  return jnp.concatenate([quarter, quarter])
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionTower:
+  """Patches in, one language-model embedding per merge block out. Hashable, so it can be a static jit arg."""
+
+  config: VisionConfig
+  mesh: Optional[Mesh] = None
+  rules: Optional[sharding.Rules] = None
+
+  def param_axes(self) -> Params:
+    return spec_axes(_param_specs(self.config))
+
+  def param_shapes(self) -> Params:
+    return spec_shapes(_param_specs(self.config), self.config.jnp_param_dtype)
+
+  def init(self, rng: jax.Array, std: float = 0.02) -> Params:
+    return spec_init(_param_specs(self.config), rng, std, self.config.jnp_param_dtype)
+
+  def _constrain(self, x: jax.Array, axes: tuple[Optional[str], ...]) -> jax.Array:
+    return sharding.constrain(x, axes, self.mesh, self.rules)
+
+  def apply(self, params: Params, inputs: VisionInputs) -> jax.Array:
+    """Merged features [N / merge_unit, out_hidden_size] of the patches, in their order (padding last)."""
+    c = self.config
+    dt = c.jnp_dtype
+    x = jnp.einsum("np,pe->ne", inputs.patches.astype(dt), params["patch_embed"].astype(dt))
+    x = self._constrain(x, ("length", "act_embed"))
+    half = c.head_dim // 4
+    angles = rope_angles(inputs.positions, rope_inv_freq(c), (half, half))  # [N, head_dim/2]
+    full, window = inputs.segments[:, 0], inputs.segments[:, 1]
+    sees_full = (full[:, None] == full[None, :])[None]  # [1, N, N]: a batch of one packed sequence
+    sees_window = (window[:, None] == window[None, :])[None]
+    is_full = np.isin(np.arange(c.depth), c.fullatt_block_indexes)
+
+    def block(x, inputs):
+      lp, full_attention = inputs
+      h = rms_norm(x, lp["norm1"], NORM_EPS)
+      qkv = jnp.einsum("ne,ecjd->ncjd", h, lp["qkv"].astype(dt)) + lp["qkv_bias"].astype(dt)
+      # RoPE in float32 whatever the compute dtype, as transformers does in the tower.
+      q, k = (apply_rope(qkv[:, i].astype(jnp.float32), angles).astype(dt) for i in (0, 1))
+      q = self._constrain(q, ("length", "q_heads", "head_dim"))
+      visible = jnp.where(full_attention, sees_full, sees_window)
+      out = attention(q[None], k.transpose(1, 0, 2)[None], qkv[:, 2].transpose(1, 0, 2)[None], visible)[0]
+      x = x + jnp.einsum("njd,jde->ne", out, lp["o"].astype(dt)) + lp["o_bias"].astype(dt)
+      h = rms_norm(x, lp["norm2"], NORM_EPS)
+      gate = jnp.einsum("ne,ef->nf", h, lp["gate"].astype(dt)) + lp["gate_bias"].astype(dt)
+      up = jnp.einsum("ne,ef->nf", h, lp["up"].astype(dt)) + lp["up_bias"].astype(dt)
+      act = self._constrain(jax.nn.silu(gate) * up, ("length", "mlp"))
+      x = x + jnp.einsum("nf,fe->ne", act, lp["down"].astype(dt)) + lp["down_bias"].astype(dt)
+      return self._constrain(x, ("length", "act_embed")), None
+
+    x, _ = jax.lax.scan(block, x, (params["layers"], jnp.asarray(is_full)))
+    mp = params["merger"]
+    x = rms_norm(x, mp["norm"], NORM_EPS).reshape(-1, c.merge_unit * c.hidden_size)
+    x = jax.nn.gelu(x @ mp["fc1"].astype(dt) + mp["fc1_bias"].astype(dt), approximate=False)
+    return x @ mp["fc2"].astype(dt) + mp["fc2_bias"].astype(dt)
