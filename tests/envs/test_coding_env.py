@@ -1,6 +1,7 @@
 """Coding-v0: the response grammar, attempts and feedback, outcomes, the oracle on every task."""
 
 import concurrent.futures
+import pathlib
 import subprocess
 import sys
 import threading
@@ -209,7 +210,7 @@ def test_datasets_and_options_reach_the_tasks():
   env = CodingEnv(dataset="procedural", split="sft", num_tasks=3, family_seed=4, attempts=1)
   assert env.max_steps == 1 and [t.task_id for t in env.tasks] == [
       f"procedural/4/sft/{i}" for i in range(3)]
-  env = CodingEnv(path="tests/fixtures/coding/apps.jsonl")
+  env = CodingEnv(path=str(pathlib.Path(__file__).parents[2] / "third_party" / "coding" / "apps.jsonl"))
   env.reset(options={"task_index": 0})
   _, reward, _, _, info = env.step(env.oracle_action())
   assert reward == 1.0 and info["success"]
