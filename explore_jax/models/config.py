@@ -12,8 +12,20 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
+class _Dtypes:
+  """The jnp dtypes of a config's `param_dtype` and `dtype` names."""
+
+  @property
+  def jnp_param_dtype(self):
+    return _DTYPES[self.param_dtype]
+
+  @property
+  def jnp_dtype(self):
+    return _DTYPES[self.dtype]
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Dtypes):
   """Shape and numerics of a decoder-only transformer.
 
   The architecture differences of the supported families are flags:
@@ -56,14 +68,6 @@ class ModelConfig:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
     if self.mrope_section and sum(self.mrope_section) != self.head_dim // 2:
       raise ValueError(f"mrope_section={self.mrope_section} must sum to head_dim/2={self.head_dim // 2}")
-
-  @property
-  def jnp_param_dtype(self):
-    return _DTYPES[self.param_dtype]
-
-  @property
-  def jnp_dtype(self):
-    return _DTYPES[self.dtype]
 
   @property
   def rope_scaling_dict(self) -> dict[str, float]:
@@ -121,7 +125,7 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(_Dtypes):
   """Shape of a Qwen2.5-VL vision tower.
 
   A ViT over patches of `temporal_patch_size` frames x `patch_size`^2 pixels with 2-D (height, width) RoPE;
@@ -175,14 +179,6 @@ class VisionConfig:
   def window_merged(self) -> int:
     """Side of an attention window in merged tokens (Hugging Face's vit_merger_window_size)."""
     return self.window_size // self.spatial_merge_size // self.patch_size
-
-  @property
-  def jnp_param_dtype(self):
-    return _DTYPES[self.param_dtype]
-
-  @property
-  def jnp_dtype(self):
-    return _DTYPES[self.dtype]
 
   def replace(self, **kwargs: Any) -> "VisionConfig":
     return dataclasses.replace(self, **kwargs)

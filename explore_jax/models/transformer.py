@@ -177,8 +177,29 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
   return weight.astype(x.dtype) * normed.astype(x.dtype)
 
 
+class SpecParams:
+  """Parameters described by a ParamSpec tree (`param_specs()`): their logical axes, shapes and random values all
+  come from that one tree, for any network of the project (the language model, the vision tower). Subclasses
+  are dataclasses with a `config` that has `jnp_param_dtype`."""
+
+  def param_specs(self) -> Any:
+    raise NotImplementedError
+
+  def param_axes(self) -> Params:
+    """The params tree with each leaf replaced by its tuple of logical axis names."""
+    return spec_axes(self.param_specs())
+
+  def param_shapes(self) -> Params:
+    """The params tree of jax.ShapeDtypeStruct (no memory)."""
+    return spec_shapes(self.param_specs(), self.config.jnp_param_dtype)
+
+  def init(self, rng: jax.Array, std: float = 0.02) -> Params:
+    """Random parameters: normal(0, std) matrices, unit norms, zero biases (Hugging Face's defaults)."""
+    return spec_init(self.param_specs(), rng, std, self.config.jnp_param_dtype)
+
+
 @dataclasses.dataclass(frozen=True)
-class Model:
+class Model(SpecParams):
   """The network as pure functions of a params pytree. Hashable, so it can be a static jit argument.
 
   `mesh` and `rules` (optional) add logical sharding constraints on activations; parameters get their
@@ -189,18 +210,8 @@ class Model:
   mesh: Optional[Mesh] = None
   rules: Optional[sharding.Rules] = None
 
-  # ---- parameters -------------------------------------------------------------------------------
-  def param_axes(self) -> Params:
-    """The params tree with each leaf replaced by its tuple of logical axis names."""
-    return spec_axes(_param_specs(self.config))
-
-  def param_shapes(self) -> Params:
-    """The params tree of jax.ShapeDtypeStruct (no memory)."""
-    return spec_shapes(_param_specs(self.config), self.config.jnp_param_dtype)
-
-  def init(self, rng: jax.Array, std: float = 0.02) -> Params:
-    """Random parameters: normal(0, std) matrices, unit norms, zero biases (Hugging Face's defaults)."""
-    return spec_init(_param_specs(self.config), rng, std, self.config.jnp_param_dtype)
+  def param_specs(self) -> Any:
+    return _param_specs(self.config)
 
   def init_cache(self, batch: int, length: int) -> KVCache:
     """An empty KV cache of `length` slots in the compute dtype."""

@@ -31,7 +31,7 @@ would want a segment-aware attention kernel.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,8 +39,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from explore_jax.models.config import VisionConfig
-from explore_jax.models.transformer import (ParamSpec, Params, apply_rope, attention, rms_norm, rope_angles,
-                                            spec_axes, spec_init, spec_shapes)
+from explore_jax.models.transformer import (ParamSpec, Params, SpecParams, apply_rope, attention, rms_norm,
+                                            rope_angles)
 from explore_jax.parallel import sharding
 
 PADDING = -1  # segment id of padding patches: they see only each other, and no image token reads them
@@ -150,21 +150,15 @@ def rope_inv_freq(c: VisionConfig) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionTower:
+class VisionTower(SpecParams):
   """Patches in, one language-model embedding per merge block out. Hashable, so it can be a static jit arg."""
 
   config: VisionConfig
   mesh: Optional[Mesh] = None
   rules: Optional[sharding.Rules] = None
 
-  def param_axes(self) -> Params:
-    return spec_axes(_param_specs(self.config))
-
-  def param_shapes(self) -> Params:
-    return spec_shapes(_param_specs(self.config), self.config.jnp_param_dtype)
-
-  def init(self, rng: jax.Array, std: float = 0.02) -> Params:
-    return spec_init(_param_specs(self.config), rng, std, self.config.jnp_param_dtype)
+  def param_specs(self) -> Any:
+    return _param_specs(self.config)
 
   def _constrain(self, x: jax.Array, axes: tuple[Optional[str], ...]) -> jax.Array:
     return sharding.constrain(x, axes, self.mesh, self.rules)
