@@ -27,6 +27,7 @@ where slicing a stacked [L, ...] cache inside a scan costs two copies of the cac
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from typing import Any, NamedTuple, Optional
@@ -177,13 +178,14 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
   return weight.astype(x.dtype) * normed.astype(x.dtype)
 
 
-class SpecParams:
+class SpecParams(abc.ABC):
   """Parameters described by a ParamSpec tree (`param_specs()`): their logical axes, shapes and random values all
   come from that one tree, for any network of the project (the language model, the vision tower). Subclasses
   are dataclasses with a `config` that has `jnp_param_dtype`."""
 
+  @abc.abstractmethod
   def param_specs(self) -> Any:
-    raise NotImplementedError
+    """The network's ParamSpec tree."""
 
   def param_axes(self) -> Params:
     """The params tree with each leaf replaced by its tuple of logical axis names."""

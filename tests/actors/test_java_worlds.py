@@ -12,7 +12,6 @@ start) serves the others, and no java process may outlive the module.
 """
 
 import os
-import time
 
 import numpy as np
 import psutil
@@ -23,6 +22,7 @@ from configs import textworlds
 from explore_jax.actors import ActorPool, EpisodeSpec, Response
 from explore_jax.train import rollout
 from tests.actors import actor_fixtures
+from tests.polling import wait_until
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "..", "explore_jax", "hf", "assets", "tiny")
 IM_END = 3
@@ -112,15 +112,6 @@ def gone(pid):
   except psutil.NoSuchProcess:
     return True
   return False
-
-
-def wait_until(predicate, timeout_s=15.0):
-  deadline = time.monotonic() + timeout_s
-  while not predicate():
-    if time.monotonic() > deadline:
-      return False
-    time.sleep(0.05)
-  return True
 
 
 def assert_completed(result):

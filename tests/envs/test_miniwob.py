@@ -24,6 +24,7 @@ from explore_jax.envs import oracle_episode
 from explore_jax.envs.miniwob import ORACLE_TASKS, TASKS, MiniWoBBrowserError, MiniWoBEnv
 from explore_jax.envs.screen_actions import (MAX_TYPED_CHARS, ScreenAction, format_action, parse_response,
                                              quote)
+from tests.polling import wait_until
 
 W, H = 160, 210
 
@@ -241,15 +242,6 @@ def gone(pid):
     return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
   except psutil.NoSuchProcess:
     return True
-
-
-def wait_until(predicate, timeout_s=15.0):
-  deadline = time.monotonic() + timeout_s
-  while not predicate():
-    if time.monotonic() > deadline:
-      return False
-    time.sleep(0.05)
-  return True
 
 
 def test_bad_arguments_are_refused_before_a_browser_starts():
