@@ -11,10 +11,11 @@ ablations are overrides of configs/sge_coding.py, so they differ from SGE in one
 """
 
 # How many warm starts and RL seeds every arm gets on each machine: runs per arm and machine = WARM_STARTS x
-# SEEDS = 8. docs/results.md holds the power argument (stats.permutation_power with strata): what buys power
-# is runs per arm, and more warm starts make the result less a property of one starting policy, so four
-# warm starts of two seeds. Runs of an earlier design (2 warm starts x 4 seeds) stay in the comparison.
-WARM_STARTS = 4
+# SEEDS. docs/results.md holds the power argument (stats.permutation_power with strata): what buys power
+# is runs per arm (about 24 for SGE vs GRPO), and more warm starts make the result less a property of one
+# starting policy, so warm starts of two seeds each. Eight warm starts on one machine plus the first
+# machine's earlier design (2 warm starts x 4 seeds, kept in the comparison) make 24 runs per arm.
+WARM_STARTS = 8
 SEEDS = 2
 
 # Common to all arms (these are configs/coding.py's defaults, pinned so the protocol states them).
