@@ -75,6 +75,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0
   c.rollout.top_p = 1.0
   c.rollout.episode_timeout_s = 120.0
+  # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
+  # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
+  # learner trains on records at most k updates old (the replay's staleness bound).
+  c.rollout.max_staleness = 0
 
   # The policy update. Symbols as in the papers.
   c.rl = ml_collections.ConfigDict()

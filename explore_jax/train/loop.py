@@ -13,6 +13,8 @@
     evaluate every eval.every iterations; checkpoint every checkpoint.every
 
 Every method is the same loop with different hook answers (methods/base.py); no method is named here.
+With config.rollout.max_staleness = k > 0 the episodes of iterations t+1..t+k are played while update t
+runs (train/pipeline.py: which parameters sample what, the replay's staleness gate, exact resume).
 Reproducibility: every random choice is a function of (seed, iteration, episode, step), so a run killed
 at any moment and started again with the same command resumes from its last checkpoint and produces the
 same metrics.
@@ -28,10 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_jax.actors.pool import ActorPool
 from explore_jax.parallel import distributed
+from explore_jax.replay import Replay
 from explore_jax.train import evaluator as evaluator_lib
 from explore_jax.train import metrics as metrics_lib
+from explore_jax.train import pipeline
 from explore_jax.train import provenance
 from explore_jax.train import rollout
 from explore_jax.train import throughput
@@ -58,17 +61,21 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   bar = tqdm(range(start, c.train.num_iterations), initial=start, total=c.train.num_iterations,
              desc=f"{c.method}", unit="it", dynamic_ncols=True)
   try:
-    with parts.make_pool() as pool:
+    with parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts:
+      replay = pipeline.make_replay(parts)
       if passk and start == 0:
         evaluator.warm_start_pass_at_k(pool, learner.state.params, parts.workdir, parts.warm_start_key(), bar.write,
                                        write=primary)
       if start == 0 and c.eval.every > 0:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
-        m = iterate(parts, pool, it)
+        t0 = time.time()
+        m = iterate(parts, rollouts, it, replay)
         n = it + 1
         if c.eval.every > 0 and (n % c.eval.every == 0 or n == c.train.num_iterations):
+          rollouts.wait()  # the evaluation takes the actor pool
           m.update(evaluator.periodic(pool, learner.state.params, n))
+        m["time_iteration_s"] = time.time() - t0
         writer.write(n, m)
         if n % c.checkpoint.every == 0 or n == c.train.num_iterations:
           save(parts, n)
@@ -97,16 +104,21 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   return history
 
 
-def iterate(parts: Parts, pool: ActorPool, it: int) -> dict[str, float]:
-  """One pass of the algorithm box (module docstring); returns the iteration's metrics."""
+def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: Optional[Replay] = None
+            ) -> dict[str, float]:
+  """One pass of the algorithm box (module docstring); returns the iteration's metrics. With overlap
+  (train/pipeline.py), the next rollouts start once this one's episodes are observed, and the records pass
+  through `replay`'s staleness bound."""
   c, method, learner = parts.config, parts.method, parts.learner
-  key = jax.random.fold_in(jax.random.fold_in(parts.key, it), 0)
-  policy_fn, embed_fn = parts.server.bind(learner.state.params, key, parts.train_sampling, it,
-                                          features=method.wants_features)
-  results, m = rollout.collect(pool, rollout.episode_specs(c, method, it, evaluation=False), policy_fn, embed_fn)
+  collected = rollouts.take(it, learner.state.params)
+  results, m = collected.results, collected.metrics
   m.update(method.observe(results, training=True))
-  records = rollout.to_records(parts.spec, method, results, it, max_steps=int(c.env.max_steps),
+  rollouts.launch_ahead(it, learner.state.params)
+  records = rollout.to_records(parts.spec, method, results, max_steps=int(c.env.max_steps),
                                pad_to=parts.records_per_iteration)
+  if replay is not None:
+    records, admitted = pipeline.admit(replay, records, it, rollouts.max_staleness)
+    m.update(admitted)
   t0 = time.time()
   m.update(learner.train_aux("before_rewards", records))
   records, rewards, reward_metrics = learner.rewards(records)

@@ -93,9 +93,9 @@ def visitation_depths(state_keys: list[int]) -> list[int]:
   return out
 
 
-def to_records(spec: RecordSpec, method: Method, results: list[EpisodeResult], iteration: int, *,
-               max_steps: int, pad_to: int):
-  """numpy Records of every step of `results` (padded to `pad_to` rows), with the method's fields."""
+def to_records(spec: RecordSpec, method: Method, results: list[EpisodeResult], *, max_steps: int, pad_to: int):
+  """numpy Records of every step of `results` (padded to `pad_to` rows), with the method's fields; a record's
+  policy_version is the version of the parameters that sampled it (its response's)."""
   rows = []
   for r in results:
     if len(r.steps) > max_steps:
@@ -114,7 +114,7 @@ def to_records(spec: RecordSpec, method: Method, results: list[EpisodeResult], i
           "task_reward": s.task_reward, "format_reward": s.format_reward,
           "group_id": s.group_id, "traj_id": s.traj_id, "step_index": s.step_index,
           "actor_id": s.actor_id, "state_key": s.state_key, "visitation_depth": depth,
-          "policy_version": iteration, "done": s.done,
+          "policy_version": s.response.policy_version, "done": s.done,
           **({"intrinsic": np.zeros(spec.num_intrinsic, np.float32)} if spec.num_intrinsic else {}),
           **extra,
       })

@@ -70,6 +70,11 @@ def iteration_metrics(m: dict[str, float], model_config: Any, peak: Optional[flo
   busy = m.get("time_rollout_s", 0.0) + m.get("time_update_s", 0.0)
   if busy > 0 and "time_environment_s" in m:
     out["throughput/env_wait_share"] = float(m["time_environment_s"]) / busy
+  waited = m.get("time_rollout_wait_s")
+  if waited is not None and waited + m.get("time_update_s", 0.0) > 0:
+    # The loop's own share of an iteration spent waiting for episodes (all of the rollout when synchronous,
+    # what the update did not hide when overlapped).
+    out["throughput/rollout_wait_share"] = float(waited) / (waited + m.get("time_update_s", 0.0))
   seconds = m.get("time_policy_update_s", 0.0)
   if seconds > 0 and "update/tokens" in m:
     tflops = training_flops(model_config, m["update/tokens"], m.get("update/attention_pairs", 0.0)) / seconds / 1e12

@@ -137,7 +137,7 @@ def test_step_weights_reach_the_dpepo_estimator(parts):
              _episode(0, 1, [0.0], infos=[{"w": 0.25}]),                     # return 0
              _episode(1, 2, [1.0], infos=[{"w": 0.8}]),                      # return 1
              _episode(1, 3, [0.5], infos=[{"w": 0.6}])]                      # return 0.5
-  records = rollout.to_records(spec, method, results, 0, max_steps=10, pad_to=8)
+  records = rollout.to_records(spec, method, results, max_steps=10, pad_to=8)
   learner = _learner(parts, method, c)
   records, rewards, _ = learner.rewards(records)
   step = learner.step_records(records, rewards, np.asarray(records.valid))
@@ -196,7 +196,7 @@ def test_update_batch_swaps_the_prompts_of_the_rows_the_method_chooses(parts):
   no_tips = [[12, 13, 14], [25], [31, 32], [41, 42, 43]]
   results = [_episode(0, 0, [0.0, 1.0], prompts=prompts[:2], variants=[{"no_tips": t} for t in no_tips[:2]]),
              _episode(0, 1, [0.0, 0.0], prompts=prompts[2:], variants=[{"no_tips": t} for t in no_tips[2:]])]
-  records = rollout.to_records(spec, method, results, 3, max_steps=10, pad_to=6)
+  records = rollout.to_records(spec, method, results, max_steps=10, pad_to=6)
   P, pad = spec.prompt_len, spec.pad_id
   for i, ids in enumerate(no_tips):
     tokens, mask = _left(ids, P, pad)
@@ -347,7 +347,7 @@ def test_visitation_depths_count_earlier_visits_per_trajectory(parts):
   assert rollout.visitation_depths([]) == []
   method = make_method(parts.config)
   results = [_episode(0, 0, [0.0] * 5, state_keys=[5, 7, 5, 5, 7]), _episode(0, 1, [0.0, 0.0], state_keys=[5, 5])]
-  records = rollout.to_records(parts.spec, method, results, 0, max_steps=10, pad_to=9)
+  records = rollout.to_records(parts.spec, method, results, max_steps=10, pad_to=9)
   np.testing.assert_array_equal(records.visitation_depth, [0, 0, 1, 2, 1, 0, 1, 0, 0])  # per trajectory
   np.testing.assert_array_equal(records.state_key[:7], [5, 7, 5, 5, 7, 5, 5])
 
@@ -361,7 +361,7 @@ class _ShortFields(Method):
 
 def test_step_fields_must_cover_every_step(parts):
   with pytest.raises(ValueError, match="step fields for 1 of the episode's 3 steps"):
-    rollout.to_records(parts.spec, _ShortFields(parts.config), [_episode(0, 0, [0.0] * 3)], 0, max_steps=10, pad_to=4)
+    rollout.to_records(parts.spec, _ShortFields(parts.config), [_episode(0, 0, [0.0] * 3)], max_steps=10, pad_to=4)
 
 
 # ---- 8. a policy-sized aux model with a frozen prior ----------------------------------------------------
@@ -412,7 +412,7 @@ def test_update_counts_the_real_tokens_and_attention_pairs_it_trained_on(parts):
   c = _config_like(parts, epochs=2)
   prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
   results = [_episode(0, 0, [0.0, 1.0], prompts=prompts[:2]), _episode(0, 1, [0.0], prompts=prompts[2:])]
-  records = rollout.to_records(parts.spec, parts.method, results, 0, max_steps=10, pad_to=5)
+  records = rollout.to_records(parts.spec, parts.method, results, max_steps=10, pad_to=5)
   learner = _learner(parts, parts.method, c)
   learner.init(parts.learner.initial_params)
   valid = np.asarray(records.valid)
