@@ -64,13 +64,11 @@ class PromptTokenizer:
 
   @classmethod
   def from_dir(cls, directory: str, max_prompt_tokens: int) -> "PromptTokenizer":
-    """The Hugging Face tokenizer saved in a local directory (never the network)."""
-    # transformers is imported here, not at module level, so the pool's process never pays for it.
-    from transformers import AutoTokenizer
+    """The tokenizer saved in a local checkpoint directory (never the network; explore_jax/tokenization.py)."""
+    # Imported here, not at module level, so the pool's process never pays for transformers.
+    from explore_jax import tokenization
 
-    if not os.path.isdir(directory):
-      raise FileNotFoundError(f"tokenizer directory {directory} does not exist")
-    return cls(AutoTokenizer.from_pretrained(directory, local_files_only=True), max_prompt_tokens)
+    return cls(tokenization.load_tokenizer(directory), max_prompt_tokens)
 
   def encode(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
     """(prompt ids, tokens cut): the chat template with the generation prompt, or the joined contents."""

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 from jax.sharding import Mesh
 
+from explore_jax import tokenization
 from explore_jax.hf import convert, convert_vl
 from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
                                     save_params)
@@ -48,15 +49,9 @@ class Pretrained(NamedTuple):
 
 
 def load_tokenizer(directory: str):
-  """The tokenizer saved in a checkpoint directory, through transformers, never touching the network."""
-  from transformers import AutoTokenizer
-
-  if not os.path.isdir(directory):
-    raise FileNotFoundError(f"checkpoint directory {directory} does not exist")
-  try:
-    return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-  except (OSError, ValueError) as e:
-    raise FileNotFoundError(f"no loadable tokenizer in {directory}: {str(e).splitlines()[0]}") from None
+  """The tokenizer saved in a checkpoint directory, never touching the network: transformers' for a
+  tokenizer.json, sentencepiece's for a directory with only tokenizer.model (explore_jax/tokenization.py)."""
+  return tokenization.load_tokenizer(directory)
 
 
 def cache_root() -> str:
