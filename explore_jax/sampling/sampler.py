@@ -176,8 +176,9 @@ class _Loop(NamedTuple):
 
 
 def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
-              sampling: SamplingParams, rng: jax.Array, row_ids: Optional[jax.Array], *,
-              max_new_tokens: int, top_k: int, return_hidden: bool, pad_id: int) -> SampleOutput:
+              sampling: SamplingParams, rng: jax.Array, row_ids: Optional[jax.Array],
+              active: Optional[jax.Array] = None, *, max_new_tokens: int, top_k: int, return_hidden: bool,
+              pad_id: int) -> SampleOutput:
   B, P = prompt.shape
   N = max_new_tokens
   params = _constrain_tree(model, params, model.param_axes())
@@ -254,7 +255,8 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
       tokens=jnp.full((B, N), pad_id, jnp.int32), logprobs=jnp.zeros((B, N), jnp.float32),
       temperatures=jnp.zeros((B, N), jnp.float32), segments=jnp.full((B, N), -1, jnp.int32),
       recent=jnp.full((B, schedule.window_width(sampling)), schedule.PAD_ID, jnp.int32),
-      segment=jnp.zeros((B,), jnp.int32), finished=jnp.zeros((B,), bool),
+      segment=jnp.zeros((B,), jnp.int32),
+      finished=jnp.zeros((B,), bool) if active is None else ~active.astype(bool),
       reason=jnp.full((B,), FinishReason.LENGTH, jnp.int32), lengths=jnp.zeros((B,), jnp.int32),
       hidden=jnp.zeros((B, N + 1, E), model.config.jnp_dtype) if return_hidden else None)
   s = jax.lax.while_loop(cond, body, init)
@@ -278,13 +280,16 @@ generate_jit = jax.jit(_generate, static_argnames=("model", "max_new_tokens", "t
 
 def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
              sampling: SamplingParams, rng: jax.Array, *, max_new_tokens: int,
-             row_ids: Optional[jax.Array] = None, top_k: int = 0, return_hidden: bool = False,
-             pad_id: int = 0) -> SampleOutput:
+             row_ids: Optional[jax.Array] = None, active: Optional[jax.Array] = None, top_k: int = 0,
+             return_hidden: bool = False, pad_id: int = 0) -> SampleOutput:
   """Sample up to `max_new_tokens` tokens for each left-padded prompt, in one jitted call.
 
   prompt [B, P] int, prompt_mask [B, P] bool (left padding, >= 1 real token per row); sampling: the
   per-segment temperatures, delimiters, stop criteria and top-p (`make_sampling_params`); rng a PRNG key;
-  row_ids [B] int (default 0..B-1) name each row's random stream; top_k static (0 = off). Recompiles only
+  row_ids [B] int (default 0..B-1) name each row's random stream; active [B] bool (default all) marks the
+  rows to sample: the others (filler rows of a fixed batch shape) start finished, with no tokens, so decoding
+  stops with the last active row instead of running on for rows whose output is discarded. A row's output
+  does not depend on the other rows. top_k static (0 = off). Recompiles only
   for new shapes or static arguments, never for new values in `sampling`. With a `Model` carrying a mesh
   and rules, params, cache and batch are sharded by their logical axes (`shard_params` places params
   once ahead of time so that calls do not re-layout them).
@@ -298,6 +303,8 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     raise ValueError(f"per-row top_p {sampling.top_p.shape} does not match batch {B}")
   if row_ids is not None and np.shape(row_ids) != (B,):
     raise ValueError(f"row_ids must be [B]={B}, got {np.shape(row_ids)}")
+  if active is not None and np.shape(active) != (B,):
+    raise ValueError(f"active must be [B]={B}, got {np.shape(active)}")
   if max_new_tokens < 1:
     raise ValueError("max_new_tokens must be >= 1")
   try:
@@ -308,7 +315,7 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     if not m[:, -1].all() or np.any(m[:, :-1] & ~m[:, 1:]):
       raise ValueError("prompts must be left-padded with at least one real token: each mask row is "
                        "False...False True...True")
-  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids,
+  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids, active,
                       max_new_tokens=max_new_tokens, top_k=top_k, return_hidden=return_hidden, pad_id=pad_id)
 
 

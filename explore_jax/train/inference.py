@@ -70,8 +70,10 @@ class InferenceServer:
       prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P)
       row_ids = np.zeros((B,), np.int32)
       row_ids[:len(chunk)] = [self.row_id(r) for r in chunk]
+      active = np.arange(B) < len(chunk)  # filler rows start finished: decoding ends with the last request
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
-                                 max_new_tokens=self.response_len, pad_id=self.pad_id, return_hidden=features)
+                                 active=active, max_new_tokens=self.response_len, pad_id=self.pad_id,
+                                 return_hidden=features)
       s = jax.device_get(sample)
       for i, req in enumerate(chunk):
         n = int(s.lengths[i])

@@ -214,6 +214,29 @@ def test_finished_rows_stop_changing(params):
   np.testing.assert_array_equal(np.asarray(out.tokens)[:, 2:], 0)
 
 
+def test_inactive_rows_start_finished_and_decoding_ends_with_the_last_active_row(params):
+  base = run(params, sp())
+  out = run(params, sp(), active=np.array([True, False, True]))
+  for b in (0, 2):  # the active rows are those of the full batch, bit for bit
+    np.testing.assert_array_equal(out.tokens[b], base.tokens[b])
+    np.testing.assert_array_equal(out.logprobs[b], base.logprobs[b])
+  assert int(out.lengths[1]) == 0 and not np.asarray(out.mask)[1].any()
+  np.testing.assert_array_equal(out.tokens[1], 0)
+
+  # Row 0 stops at its EOS after L tokens. With the other rows as fillers (inactive) the loop ends there:
+  # the hidden states of later steps are never computed (they stay zero); with the fillers active it runs on.
+  eos = int(base.tokens[0, 2])
+  L = list(np.asarray(base.tokens[0])).index(eos) + 1
+  only_row0 = run(params, sp(eos=[eos]), active=np.array([True, False, False]), return_hidden=True)
+  assert int(only_row0.lengths[0]) == L < N_NEW and np.asarray(only_row0.lengths)[1:].tolist() == [0, 0]
+  assert not np.asarray(only_row0.hidden)[:, L + 1:].any() and np.asarray(only_row0.hidden)[0, :L + 1].any()
+  all_rows = run(params, sp(eos=[eos]), return_hidden=True)
+  assert np.asarray(all_rows.hidden)[:, L + 1:].any()
+  np.testing.assert_array_equal(only_row0.tokens[0], all_rows.tokens[0])
+  with pytest.raises(ValueError, match=r"active must be \[B\]=3"):
+    run(params, sp(), active=np.array([True, False]))
+
+
 def test_padding_and_batch_do_not_change_a_row(params):
   sampling = sp()
   row = [5, 6, 7]
