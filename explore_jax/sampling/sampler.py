@@ -29,6 +29,11 @@ rounding), so PPO's ratio starts at 1. With filtering, `token_logprobs` matches 
 same `top_k`/`top_p`; the plain tempered softmax it computes by default is smaller than the recorded
 filtered value (the filtered distribution renormalises over fewer tokens), so the first ratio is <= 1.
 
+Vision-language models (models/vl.py's VLModel) sample the same way from prompts with images: `images` are the
+prompts' VisionInputs (their merged features replace the image tokens in prefill) and `mrope` the prompts'
+multimodal RoPE positions [B, P, 3] and rope deltas [B] (`vl.mrope_positions`); generated token t of a row
+then sits at (prompt length - 1 + t + delta) on all three coordinates, as the model continues a prompt.
+
 Hidden states (`return_hidden=True`): hidden[b, t] is the final-norm hidden state of the model at the
 position of generated token t, i.e. the state after consuming token t (the one that predicts token t+1).
 For a response's last token this is the "final hidden state at the action's last token" that RND
@@ -177,15 +182,20 @@ class _Loop(NamedTuple):
 
 def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
               sampling: SamplingParams, rng: jax.Array, row_ids: Optional[jax.Array],
-              active: Optional[jax.Array] = None, *, max_new_tokens: int, top_k: int, return_hidden: bool,
-              pad_id: int) -> SampleOutput:
+              active: Optional[jax.Array] = None, images: Any = None,
+              mrope: Optional[tuple[jax.Array, jax.Array]] = None, *, max_new_tokens: int, top_k: int,
+              return_hidden: bool, pad_id: int) -> SampleOutput:
   B, P = prompt.shape
   N = max_new_tokens
   params = _constrain_tree(model, params, model.param_axes())
   prompt = sharding.constrain(prompt.astype(jnp.int32), ("batch", "length"), model.mesh, model.rules)
   prompt_mask = prompt_mask.astype(bool)
-  positions = positions_from_mask(prompt_mask)
   prompt_len = jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)
+  if mrope is None:
+    positions, delta = positions_from_mask(prompt_mask), jnp.zeros((B,), jnp.int32)
+  else:
+    positions, delta = mrope[0].astype(jnp.int32), mrope[1].astype(jnp.int32)
+  image_kwargs = {} if images is None else {"images": images}
 
   temps = sampling.temperatures.astype(jnp.float32)
   temps = jnp.broadcast_to(temps, (B, temps.shape[-1]))
@@ -198,10 +208,12 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
   cache = _constrain_tree(model, cache, model.cache_axes())
   if P > 1:
     cache = model.apply(params, prompt[:, :-1], positions[:, :-1], cache,
-                        attention_mask=prompt_mask[:, :-1]).cache
+                        attention_mask=prompt_mask[:, :-1], **image_kwargs).cache
 
   def forward(token: jax.Array, step: jax.Array, cache: KVCache):
-    pos = (prompt_len - 1 + step)[:, None]
+    pos = (prompt_len - 1 + step + delta)[:, None]
+    if mrope is not None:
+      pos = jnp.broadcast_to(pos[..., None], (B, 1, 3))
     out = model.apply(params, token[:, None], pos, cache, return_hidden=return_hidden)
     return out.logits[:, 0], out.cache, (out.hidden[:, 0] if return_hidden else None)
 
@@ -249,7 +261,7 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
   def cond(s: _Loop) -> jax.Array:
     return (s.step < N) & ~jnp.all(s.finished)
 
-  E = model.config.hidden_size
+  E = getattr(model.config, "text", model.config).hidden_size
   init = _Loop(
       step=jnp.zeros((), jnp.int32), next_input=prompt[:, -1], cache=cache,
       tokens=jnp.full((B, N), pad_id, jnp.int32), logprobs=jnp.zeros((B, N), jnp.float32),
@@ -280,8 +292,9 @@ generate_jit = jax.jit(_generate, static_argnames=("model", "max_new_tokens", "t
 
 def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
              sampling: SamplingParams, rng: jax.Array, *, max_new_tokens: int,
-             row_ids: Optional[jax.Array] = None, active: Optional[jax.Array] = None, top_k: int = 0,
-             return_hidden: bool = False, pad_id: int = 0) -> SampleOutput:
+             row_ids: Optional[jax.Array] = None, active: Optional[jax.Array] = None, images: Any = None,
+             mrope: Optional[tuple[Any, Any]] = None, top_k: int = 0, return_hidden: bool = False,
+             pad_id: int = 0) -> SampleOutput:
   """Sample up to `max_new_tokens` tokens for each left-padded prompt, in one jitted call.
 
   prompt [B, P] int, prompt_mask [B, P] bool (left padding, >= 1 real token per row); sampling: the
@@ -289,7 +302,8 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
   row_ids [B] int (default 0..B-1) name each row's random stream; active [B] bool (default all) marks the
   rows to sample: the others (filler rows of a fixed batch shape) start finished, with no tokens, so decoding
   stops with the last active row instead of running on for rows whose output is discarded. A row's output
-  does not depend on the other rows. top_k static (0 = off). Recompiles only
+  does not depend on the other rows. images (VisionInputs) and mrope ([B, P, 3] positions, [B] deltas): a
+  VLModel's prompts with images (module docstring). top_k static (0 = off). Recompiles only
   for new shapes or static arguments, never for new values in `sampling`. With a `Model` carrying a mesh
   and rules, params, cache and batch are sharded by their logical axes (`shard_params` places params
   once ahead of time so that calls do not re-layout them).
@@ -305,6 +319,12 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     raise ValueError(f"row_ids must be [B]={B}, got {np.shape(row_ids)}")
   if active is not None and np.shape(active) != (B,):
     raise ValueError(f"active must be [B]={B}, got {np.shape(active)}")
+  if images is not None and mrope is None:
+    raise ValueError("prompts with images need their multimodal RoPE positions: pass mrope=(positions, deltas) "
+                     "from models.vl.mrope_positions")
+  if mrope is not None and (np.shape(mrope[0]) != (B, prompt.shape[1], 3) or np.shape(mrope[1]) != (B,)):
+    raise ValueError(f"mrope must be positions [B, P, 3] = {[B, prompt.shape[1], 3]} and deltas [B] = [{B}], got "
+                     f"{list(np.shape(mrope[0]))} and {list(np.shape(mrope[1]))}")
   if max_new_tokens < 1:
     raise ValueError("max_new_tokens must be >= 1")
   try:
@@ -315,7 +335,7 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     if not m[:, -1].all() or np.any(m[:, :-1] & ~m[:, 1:]):
       raise ValueError("prompts must be left-padded with at least one real token: each mask row is "
                        "False...False True...True")
-  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids, active,
+  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids, active, images, mrope,
                       max_new_tokens=max_new_tokens, top_k=top_k, return_hidden=return_hidden, pad_id=pad_id)
 
 

@@ -206,6 +206,36 @@ def test_decoding_after_an_image_continues_the_prompt(params):
   np.testing.assert_allclose(got[full_mask], np.asarray(full)[full_mask], atol=1e-5)
 
 
+def test_the_sampler_decodes_after_images_as_one_forward_pass_predicts(params):
+  """sampling.generate on prompts with images (prefill over image features, decoding at index + delta): greedy
+  tokens are the argmax of one forward pass over prompt + response, and sampled tokens' recorded log-probs
+  are that pass's log-softmax, row by row (a text-only row among them)."""
+  from explore_jax import sampling
+
+  tokens, mask, pos, deltas, grids, pixels = _image_batch()
+  images = vision_lib.vision_inputs(pixels, grids, VISION, pad_to=len(pixels) + 12)
+  model = VLModel(CONFIG)
+  n = 5
+  for temperature in (0.0, 1.0):
+    out = sampling.generate(model, params, tokens, mask, sampling.make_sampling_params(temperature),
+                            jax.random.key(3), max_new_tokens=n, images=images, mrope=(pos, deltas))
+    response = np.asarray(out.tokens)
+    assert (np.asarray(out.lengths) == n).all()
+    full_tokens = np.concatenate([tokens, response], 1)
+    full_mask = np.concatenate([mask, np.ones_like(response, bool)], 1)
+    full_pos, _ = vl_lib.mrope_positions(full_tokens, full_mask, grids, CONFIG)
+    logits = np.asarray(model.apply(params, full_tokens, full_pos, images=images, attention_mask=full_mask).logits)
+    predicting = logits[:, tokens.shape[1] - 1:-1]  # the logits that predict each response token
+    if temperature == 0.0:
+      np.testing.assert_array_equal(response, predicting.argmax(-1))
+    logp = np.asarray(jax.nn.log_softmax(predicting, axis=-1))
+    np.testing.assert_allclose(np.asarray(out.logprobs), np.take_along_axis(logp, response[..., None], -1)[..., 0],
+                               atol=2e-5)
+  with pytest.raises(ValueError, match="mrope"):
+    sampling.generate(model, params, tokens, mask, sampling.make_sampling_params(1.0), jax.random.key(3),
+                      max_new_tokens=n, images=images)
+
+
 @pytest.fixture(scope="module")
 def reference(params):
   tokens, mask, pos, _, grids, pixels = _image_batch(batch=8)
