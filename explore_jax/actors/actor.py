@@ -30,11 +30,13 @@ import traceback
 from typing import Any, Callable, Optional
 
 import gymnasium
+import numpy as np
 
 from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
                                          Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, Prompt,
                                          PromptHook, PromptRequest, Response, StepRecord)
 from explore_jax.envs.base import state_key as observation_key
+from explore_jax.images import IMAGE, ImageLayout
 
 # How often an idle actor checks that its learner is still there.
 _POLL_S = 1.0
@@ -51,27 +53,58 @@ class ActorConfig:
   envs_per_actor: int = 4
   max_prompt_tokens: int = 2048
   request_timeout_s: Optional[float] = None  # exit when a request waits longer than this for its answer
+  image_layout: Optional[ImageLayout] = None  # how the model lays images out (vision-language policies)
 
 
 class PromptTokenizer:
-  """Chat messages -> prompt token ids (cut from the left to a budget); response token ids -> text."""
+  """Chat messages (and their images) -> prompt token ids (cut from the left to a budget); response token ids
+  -> text."""
 
-  def __init__(self, tokenizer: Any, max_prompt_tokens: int):
+  def __init__(self, tokenizer: Any, max_prompt_tokens: int, image_layout: Optional[ImageLayout] = None):
     if max_prompt_tokens < 1:
       raise ValueError(f"max_prompt_tokens must be at least 1, got {max_prompt_tokens}")
     self.tokenizer = tokenizer
     self.max_prompt_tokens = max_prompt_tokens
+    self.image_layout = image_layout
 
   @classmethod
-  def from_dir(cls, directory: str, max_prompt_tokens: int) -> "PromptTokenizer":
+  def from_dir(cls, directory: str, max_prompt_tokens: int, image_layout: Optional[ImageLayout] = None
+               ) -> "PromptTokenizer":
     """The tokenizer saved in a local checkpoint directory (never the network; explore_jax/tokenization.py)."""
     # Imported here, not at module level, so the pool's process never pays for transformers.
     from explore_jax import tokenization
 
-    return cls(tokenization.load_tokenizer(directory), max_prompt_tokens)
+    return cls(tokenization.load_tokenizer(directory), max_prompt_tokens, image_layout)
 
-  def encode(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
-    """(prompt ids, tokens cut): the chat template with the generation prompt, or the joined contents."""
+  def resize(self, images: Any) -> tuple[np.ndarray, ...]:
+    """The images at the size the model reads them (explore_jax/images.py)."""
+    if len(images) and self.image_layout is None:
+      raise ValueError("the prompt has images, but the policy is not a vision-language model (no image layout)")
+    return tuple(self.image_layout.resize(image) for image in images)
+
+  def encode(self, messages: list[dict[str, str]], images: tuple[np.ndarray, ...] = ()) -> tuple[list[int], int]:
+    """(prompt ids, tokens cut): the chat template with the generation prompt, or the joined contents. Each
+    images.IMAGE marker becomes the model's image tokens for the next of `images` (resized already); an image
+    is never cut, so a prompt whose images do not fit the budget is an error."""
+    layout = self.image_layout
+    if images or any(IMAGE in m["content"] for m in messages):
+      if layout is None:
+        raise ValueError("the prompt has images, but the policy is not a vision-language model (no image layout)")
+      placeholder = layout.placeholder(self.tokenizer)
+      messages = [{**m, "content": m["content"].replace(IMAGE, placeholder)} for m in messages]
+    ids, cut = self._encode_text(messages)
+    if layout is None or not (images or layout.pad_id in ids):
+      return ids, cut
+    if cut:
+      raise ValueError(f"the prompt with its {len(images)} image(s) does not fit max_prompt_tokens="
+                       f"{self.max_prompt_tokens}: an image cannot be cut")
+    ids = layout.expand(ids, images)
+    if len(ids) > self.max_prompt_tokens:
+      raise ValueError(f"the prompt with its {len(images)} image(s) has {len(ids)} tokens, more than "
+                       f"max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
+    return ids, 0
+
+  def _encode_text(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
     if getattr(self.tokenizer, "chat_template", None):
       text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
       # The template writes its own special tokens (BOS included, where the model has one).
@@ -158,6 +191,7 @@ class _Episode:
   prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
   truncated_tokens: int = 0
   truncated_prompts: int = 0
+  images: tuple[Any, ...] = ()  # the current prompt's images, resized
   awaiting: str = _RESPONSE
   requested_at: float = 0.0
 
@@ -243,15 +277,17 @@ class Actor:
       prompt = self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, info)
       if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
-      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(prompt.messages)
+      ep.images = self.tokenizer.resize(prompt.images)
+      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(prompt.messages, ep.images)
       # Cut like the sampled prompt, so an update can score the response under either.
-      ep.prompt_variants = {name: self.tokenizer.encode(messages)[0] for name, messages in prompt.variants.items()}
+      ep.prompt_variants = {name: self.tokenizer.encode(messages, ep.images)[0]
+                            for name, messages in prompt.variants.items()}
     except Exception as e:
       self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
       return
     ep.truncated_prompts += int(ep.truncated_tokens > 0)
     self._wait(ep, _RESPONSE)
-    self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id))
+    self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id, images=ep.images))
 
   def _wait(self, ep: _Episode, what: str) -> None:
     ep.awaiting = what
@@ -289,7 +325,8 @@ class Actor:
         format_reward=float(info.get("format_reward", 1.0)),
         state_key=int(observation_key(ep.observation) if key is None else key),
         done=done, success=bool(info.get("success", False)), info=dict(info),
-        truncated_tokens=ep.truncated_tokens, observation=ep.observation, prompt_variants=ep.prompt_variants))
+        truncated_tokens=ep.truncated_tokens, observation=ep.observation, prompt_variants=ep.prompt_variants,
+        images=ep.images))
     ep.history.append((ep.observation, text))
     ep.observation, ep.info = observation, dict(info)
     ep.step += 1
@@ -346,7 +383,8 @@ def actor_main(config: ActorConfig, inbox: Any, outbox: Any) -> None:
   try:
     import explore_jax.envs  # noqa: F401  (registers the environment ids)
 
-    actor = Actor(config, PromptTokenizer.from_dir(config.tokenizer_dir, config.max_prompt_tokens), outbox.send)
+    actor = Actor(config, PromptTokenizer.from_dir(config.tokenizer_dir, config.max_prompt_tokens,
+                                                   config.image_layout), outbox.send)
     outbox.send(ActorHello(config.actor_id, pid, jax_imported="jax" in sys.modules))
   except BaseException as e:
     _report_failure(outbox, ActorFailure(config.actor_id, pid, _error_text("starting the actor", e)))

@@ -55,6 +55,7 @@ from explore_jax.actors.actor import ActorConfig, actor_main
 from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
                                          Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, PromptHook,
                                          PromptRequest, Response)
+from explore_jax.images import ImageLayout
 
 PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
 # One array [len(request.texts), E] per request, in the order of the requests.
@@ -162,12 +163,14 @@ class ActorPool:
     start_timeout_s: how long a (re)started actor may take to load the tokenizer and say hello.
     batch_wait_s: after the first request of a batch, how long to wait for more while actors are busy
       (0: take what has arrived; larger batches, less overlap).
+    image_layout: how a vision-language policy lays images out (explore_jax/images.py); prompts with images
+      need it.
   """
 
   def __init__(self, num_actors: int, tokenizer_dir: str, prompt_hook: PromptHook, envs_per_actor: int = 4,
                max_prompt_tokens: int = 2048, request_timeout_s: Optional[float] = None,
                episode_timeout_s: float = 60.0, max_restarts: int = 3, start_timeout_s: float = 120.0,
-               batch_wait_s: float = 0.0):
+               batch_wait_s: float = 0.0, image_layout: Optional[ImageLayout] = None):
     for name, value, low in (("num_actors", num_actors, 1), ("envs_per_actor", envs_per_actor, 1),
                              ("max_prompt_tokens", max_prompt_tokens, 1), ("max_restarts", max_restarts, 0)):
       if value < low:
@@ -186,7 +189,7 @@ class ActorPool:
     self.max_restarts = max_restarts
     self.batch_wait_s = batch_wait_s
     self._configs = [ActorConfig(i, os.path.abspath(tokenizer_dir), prompt_hook, envs_per_actor,
-                                 max_prompt_tokens, request_timeout_s) for i in range(num_actors)]
+                                 max_prompt_tokens, request_timeout_s, image_layout) for i in range(num_actors)]
     self._ctx = multiprocessing.get_context("spawn")
     self._actors = [_Actor(i) for i in range(num_actors)]
     self._warned_jax = False

@@ -51,6 +51,9 @@ class PromptRequest:
   prompt_ids: list[int]
   actor_id: int = -1         # the actor asking (the learner answers through that actor's channel)
   final: bool = False
+  # The prompt's images in order, uint8 [H, W, 3] at the size the model reads them (explore_jax/images.py):
+  # prompt_ids hold each one's image tokens.
+  images: tuple[np.ndarray, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +112,7 @@ class StepRecord:
   # The hook's Prompt.variants, tokenised (and cut) as prompt_ids is: other prompts of the same step that
   # were not sampled from, for updates that score the response under them (EMPO2's prompt without tips).
   prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+  images: tuple[np.ndarray, ...] = ()  # the prompt's images, as its PromptRequest carried them
 
 
 @dataclasses.dataclass
@@ -120,6 +124,9 @@ class Prompt:
   """
   messages: list[dict[str, str]]
   variants: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)
+  # Images of the prompt, uint8 [H, W, 3], one per explore_jax.images.IMAGE marker in the messages' text, in
+  # order (variants show the same images); the actor resizes them to what the model reads.
+  images: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from explore_jax import images as images_lib
 from explore_jax.models.config import VisionConfig
 from explore_jax.models.transformer import (ParamSpec, Params, SpecParams, apply_rope, attention, rms_norm,
                                             rope_angles)
@@ -56,18 +57,10 @@ class VisionInputs(NamedTuple):
 
 def patchify(image: np.ndarray, config: VisionConfig) -> tuple[np.ndarray, tuple[int, int, int]]:
   """One image [H, W, C] (already resized and normalised) as pixel_values [h*w, patch_dim] and its grid
-  (1, h, w) in patches, laid out as Hugging Face's Qwen2VLImageProcessor does: the still image repeated over
-  the temporal patch, patches in merge-block order, each flattened channel, frame, row, column."""
-  P, m, T = config.patch_size, config.spatial_merge_size, config.temporal_patch_size
-  H, W, C = image.shape
-  if H % (P * m) or W % (P * m) or C != config.in_channels:
-    raise ValueError(f"image of shape {image.shape}: height and width must be multiples of {P * m} "
-                     f"(patch_size x spatial_merge_size) and channels {config.in_channels}")
-  h, w = H // P, W // P
-  x = image.reshape(h // m, m, P, w // m, m, P, C)
-  x = x.transpose(0, 3, 1, 4, 6, 2, 5)  # [h/m, w/m, m, m, C, P, P]: merge blocks, then their patches
-  x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T, P, P))
-  return np.ascontiguousarray(x).reshape(h * w, config.patch_dim), (1, h, w)
+  (1, h, w) in patches, in the processor's layout (explore_jax/images.py, which actors use without jax)."""
+  if image.shape[-1] != config.in_channels:
+    raise ValueError(f"image of shape {image.shape}: channels must be {config.in_channels}")
+  return images_lib.patchify(image, config.patch_size, config.spatial_merge_size, config.temporal_patch_size)
 
 
 def vision_inputs(pixel_values: np.ndarray, grid_thw: np.ndarray, config: VisionConfig,

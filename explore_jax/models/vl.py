@@ -127,18 +127,31 @@ class VLModel:
     The prompts must hold exactly as many image tokens as the images have merged tokens (mrope_positions
     checks this on the host); padding patches come last and no image token reaches them.
     """
+    return self.merge(params, tokens, self.vision.apply(params["vision"], images))
+
+  def merge(self, params: Params, tokens: jax.Array, features: jax.Array) -> jax.Array:
+    """Token embeddings [B, T, E] with `features` [M, E] (merged image tokens, batch row-major; rows past the
+    prompts' image tokens are never read) at the image tokens: `embed` with the tower's output given."""
     dt = self.config.text.jnp_dtype
     x = params["embed"].astype(dt)[tokens]
-    features = self.vision.apply(params["vision"], images).astype(dt)  # [M, E]
+    features = features.astype(dt)
     is_image = tokens == self.config.image_token_id
     index = jnp.cumsum(is_image.reshape(-1)).reshape(tokens.shape) - 1
     return jnp.where(is_image[..., None], features[jnp.clip(index, 0, features.shape[0] - 1)], x)
 
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array, cache: Optional[KVCache] = None, *,
-            images: Optional[VisionInputs] = None, attention_mask: Optional[jax.Array] = None,
-            return_hidden: bool = False, logits_to_keep: int = 0) -> ModelOutput:
+            images: Optional[VisionInputs] = None, image_features: Optional[jax.Array] = None,
+            attention_mask: Optional[jax.Array] = None, return_hidden: bool = False,
+            logits_to_keep: int = 0) -> ModelOutput:
     """Logits for `tokens` [B, T] at `positions` [B, T, 3] (mrope_positions; [B, T] for text only), with the
-    `images` of the prompts; without images, exactly the language model's `Model.apply`."""
-    embeds = None if images is None else self.embed(params, tokens, images)
+    `images` of the prompts, or their merged features already computed (`image_features` [M, E]); without
+    either, exactly the language model's `Model.apply`."""
+    if images is not None and image_features is not None:
+      raise ValueError("give the prompts' images or their image_features, not both")
+    embeds = None
+    if images is not None:
+      embeds = self.embed(params, tokens, images)
+    elif image_features is not None:
+      embeds = self.merge(params, tokens, image_features)
     return self.text.apply(params, tokens, positions, cache, attention_mask=attention_mask,
                            return_hidden=return_hidden, logits_to_keep=logits_to_keep, embeds=embeds)

@@ -182,7 +182,7 @@ class _Loop(NamedTuple):
 
 def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
               sampling: SamplingParams, rng: jax.Array, row_ids: Optional[jax.Array],
-              active: Optional[jax.Array] = None, images: Any = None,
+              active: Optional[jax.Array] = None, images: Any = None, image_features: Optional[jax.Array] = None,
               mrope: Optional[tuple[jax.Array, jax.Array]] = None, *, max_new_tokens: int, top_k: int,
               return_hidden: bool, pad_id: int) -> SampleOutput:
   B, P = prompt.shape
@@ -195,7 +195,8 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
     positions, delta = positions_from_mask(prompt_mask), jnp.zeros((B,), jnp.int32)
   else:
     positions, delta = mrope[0].astype(jnp.int32), mrope[1].astype(jnp.int32)
-  image_kwargs = {} if images is None else {"images": images}
+  image_kwargs = {"images": images} if images is not None else (
+      {"image_features": image_features} if image_features is not None else {})
 
   temps = sampling.temperatures.astype(jnp.float32)
   temps = jnp.broadcast_to(temps, (B, temps.shape[-1]))
@@ -293,8 +294,8 @@ generate_jit = jax.jit(_generate, static_argnames=("model", "max_new_tokens", "t
 def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
              sampling: SamplingParams, rng: jax.Array, *, max_new_tokens: int,
              row_ids: Optional[jax.Array] = None, active: Optional[jax.Array] = None, images: Any = None,
-             mrope: Optional[tuple[Any, Any]] = None, top_k: int = 0, return_hidden: bool = False,
-             pad_id: int = 0) -> SampleOutput:
+             image_features: Optional[jax.Array] = None, mrope: Optional[tuple[Any, Any]] = None, top_k: int = 0,
+             return_hidden: bool = False, pad_id: int = 0) -> SampleOutput:
   """Sample up to `max_new_tokens` tokens for each left-padded prompt, in one jitted call.
 
   prompt [B, P] int, prompt_mask [B, P] bool (left padding, >= 1 real token per row); sampling: the
@@ -302,8 +303,9 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
   row_ids [B] int (default 0..B-1) name each row's random stream; active [B] bool (default all) marks the
   rows to sample: the others (filler rows of a fixed batch shape) start finished, with no tokens, so decoding
   stops with the last active row instead of running on for rows whose output is discarded. A row's output
-  does not depend on the other rows. images (VisionInputs) and mrope ([B, P, 3] positions, [B] deltas): a
-  VLModel's prompts with images (module docstring). top_k static (0 = off). Recompiles only
+  does not depend on the other rows. images (VisionInputs) or their merged features image_features [M, E], and
+  mrope ([B, P, 3] positions, [B] deltas): a VLModel's prompts with images (module docstring). top_k static
+  (0 = off). Recompiles only
   for new shapes or static arguments, never for new values in `sampling`. With a `Model` carrying a mesh
   and rules, params, cache and batch are sharded by their logical axes (`shard_params` places params
   once ahead of time so that calls do not re-layout them).
@@ -319,7 +321,9 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     raise ValueError(f"row_ids must be [B]={B}, got {np.shape(row_ids)}")
   if active is not None and np.shape(active) != (B,):
     raise ValueError(f"active must be [B]={B}, got {np.shape(active)}")
-  if images is not None and mrope is None:
+  if images is not None and image_features is not None:
+    raise ValueError("give the prompts' images or their image_features, not both")
+  if (images is not None or image_features is not None) and mrope is None:
     raise ValueError("prompts with images need their multimodal RoPE positions: pass mrope=(positions, deltas) "
                      "from models.vl.mrope_positions")
   if mrope is not None and (np.shape(mrope[0]) != (B, prompt.shape[1], 3) or np.shape(mrope[1]) != (B,)):
@@ -335,8 +339,8 @@ def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.A
     if not m[:, -1].all() or np.any(m[:, :-1] & ~m[:, 1:]):
       raise ValueError("prompts must be left-padded with at least one real token: each mask row is "
                        "False...False True...True")
-  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids, active, images, mrope,
-                      max_new_tokens=max_new_tokens, top_k=top_k, return_hidden=return_hidden, pad_id=pad_id)
+  return generate_jit(model, params, prompt, prompt_mask, sampling, rng, row_ids, active, images, image_features,
+                      mrope, max_new_tokens=max_new_tokens, top_k=top_k, return_hidden=return_hidden, pad_id=pad_id)
 
 
 # ---- the learner's side ---------------------------------------------------------------------------

@@ -12,6 +12,12 @@ its batch, and neither does its prompt width: prompts are sampled at their own l
 
 With LoRA (`lora`, `base_params`), the params a caller binds are the policy's adapters: `bind` merges them into
 the frozen base once (models/lora.py: `merge`), so sampling and embedding run the plain model's computation.
+
+A vision-language policy (a VLModel, with the `image_layout` the actors used) answers requests with images:
+each image's merged features come from its own vision-tower call (so a row's response depends only on its own
+prompt and images, never on the images of the rows it shares a batch with), the batch's features are
+concatenated in row order (padded to a power of two: few compiled shapes) and the rows' multimodal RoPE
+positions are computed on the host (`vl.mrope_positions`).
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ import numpy as np
 
 from explore_jax import sampling
 from explore_jax.actors.protocol import PromptRequest, Response
+from explore_jax.images import ImageLayout
 from explore_jax.models import Model
 from explore_jax.models import lora as lora_lib
+from explore_jax.models import vision as vision_lib
+from explore_jax.models import vl as vl_lib
 
 _WIDTH_BUCKET = 64
 
@@ -44,6 +53,7 @@ class InferenceServer:
   batch_size: int
   lora: Optional[lora_lib.LoraConfig] = None  # the policy's params are adapters on `base_params`
   base_params: Any = None
+  image_layout: Optional[ImageLayout] = None  # a vision-language policy: how prompts lay images out
 
   def policy_params(self, params: Any) -> Any:
     """The plain params tree of the policy whose trainable params are `params` (merged with LoRA)."""
@@ -71,9 +81,10 @@ class InferenceServer:
       row_ids = np.zeros((B,), np.int32)
       row_ids[:len(chunk)] = [self.row_id(r) for r in chunk]
       active = np.arange(B) < len(chunk)  # filler rows start finished: decoding ends with the last request
+      images = self._image_inputs(params, chunk, prompt, mask) if any(r.images for r in chunk) else {}
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
                                  active=active, max_new_tokens=self.response_len, pad_id=self.pad_id,
-                                 return_hidden=features)
+                                 return_hidden=features, **images)
       s = jax.device_get(sample)
       for i, req in enumerate(chunk):
         n = int(s.lengths[i])
@@ -82,6 +93,24 @@ class InferenceServer:
                             segments=s.segments[i, :n], policy_version=version,
                             features=np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if features else None))
     return out
+
+  def _image_inputs(self, params: Any, chunk: list[PromptRequest], prompt: np.ndarray, mask: np.ndarray
+                    ) -> dict[str, Any]:
+    """generate's image_features and mrope for a chunk of requests with images (module docstring)."""
+    if self.image_layout is None or not isinstance(self.model, vl_lib.VLModel):
+      raise ValueError("requests with images need a vision-language policy (a VLModel and its image layout)")
+    features, grids = [], []
+    for request in chunk:
+      for image in request.images:
+        patches, grid = self.image_layout.pixel_values([image])
+        inputs = vision_lib.vision_inputs(patches, grid, self.model.config.vision)
+        features.append(_image_features(self.model, params["vision"], inputs))
+        grids.append(grid[0])
+    features = jnp.concatenate(features)
+    bucket = max(64, 1 << (int(features.shape[0]) - 1).bit_length())
+    features = jnp.pad(features, ((0, bucket - features.shape[0]), (0, 0)))
+    positions, deltas = vl_lib.mrope_positions(prompt, mask, np.asarray(grids), self.model.config)
+    return {"image_features": features, "mrope": (positions, deltas)}
 
   def embed_fn(self, requests: list[Any], *, params: Any) -> list[np.ndarray]:
     """[len(texts), E] float32 unit vectors per request: the policy's mean final hidden state over each
@@ -99,7 +128,7 @@ class InferenceServer:
     out: list[list[np.ndarray]] = [[] for _ in requests]
     for (i, _), v in zip(texts, vectors):
       out[i].append(v)
-    dim = self.model.config.hidden_size
+    dim = getattr(self.model.config, "text", self.model.config).hidden_size
     return [np.stack(v).astype(np.float32) if v else np.zeros((0, dim), np.float32) for v in out]
 
   def _chunks(self, items: list, length: Callable[[Any], int]) -> list[tuple[int, list]]:
@@ -119,6 +148,12 @@ class InferenceServer:
       ids = ids[-width:]
       tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
     return tokens, mask
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _image_features(model: vl_lib.VLModel, vision_params: Any, inputs: Any) -> jax.Array:
+  """One image's merged features [tokens, E] from the vision tower."""
+  return model.vision.apply(vision_params, inputs)
 
 
 @functools.partial(jax.jit, static_argnums=0)

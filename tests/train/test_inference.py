@@ -76,3 +76,54 @@ def test_responses_do_not_depend_on_batch_mates_and_final_requests_are_answered(
   # Streams are per (episode, step): another step of the same prompt samples differently somewhere.
   other_steps = [policy_fn([PromptRequest(1, s, target.prompt_ids)])[0].tokens for s in (0, 2)]
   assert any(not np.array_equal(t, by_key[(1, 1)].tokens) for t in other_steps)
+
+
+def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
+  """A vision-language policy: each request's images (resized uint8, their tokens in the prompt) reach the
+  sampler; a response depends only on its own prompt and images (bit for bit alone and among others) and
+  equals sampling the same prompt from the model's own image path."""
+  from explore_jax.images import ImageLayout
+  from explore_jax.models import vision as vision_lib
+  from explore_jax.models import vl as vl_lib
+  from tests.models.test_vl import CONFIG
+
+  model = vl_lib.VLModel(CONFIG)
+  params = jax.jit(model.init, static_argnames="std")(jax.random.key(0), std=0.2)
+  layout = ImageLayout.from_config(CONFIG, min_pixels=16, max_pixels=4096)
+  server = InferenceServer(model=model, tokenizer=None, pad_id=0, prompt_len=64, response_len=5, max_steps=3,
+                           batch_size=4, image_layout=layout)
+  rng = np.random.default_rng(0)
+  red, blue = (rng.integers(0, 256, shape, dtype=np.uint8) for shape in ((8, 12, 3), (12, 8, 3)))
+
+  def request(episode, images, text=(5, 6)):
+    ids = [1, 2]
+    for image in images:
+      ids += [layout.start_id, layout.pad_id, layout.end_id]
+    return PromptRequest(episode_id=episode, step=0, prompt_ids=layout.expand(ids + list(text), images),
+                         images=tuple(images))
+
+  params_sampling = sampling.make_sampling_params(1.0)
+  policy_fn, _ = server.bind(params, jax.random.key(3), params_sampling, version=0)
+  together = policy_fn([request(0, [red]), request(1, []), request(2, [blue, red], text=(7,))])
+  for i, req in enumerate([request(0, [red]), request(1, []), request(2, [blue, red], text=(7,))]):
+    alone = policy_fn([req])[0]
+    np.testing.assert_array_equal(alone.tokens, together[i].tokens)
+    np.testing.assert_array_equal(alone.logprobs, together[i].logprobs)
+  # The same prompt through generate's VisionInputs path (the tower over all the row's images at once).
+  req = request(2, [blue, red], text=(7,))
+  patches, grids = layout.pixel_values(req.images)
+  width = 64
+  tokens = np.zeros((4, width), np.int32)
+  mask = np.zeros((4, width), bool)
+  tokens[0, width - len(req.prompt_ids):], mask[0, width - len(req.prompt_ids):] = req.prompt_ids, True
+  mask[1:, -1] = True
+  positions, deltas = vl_lib.mrope_positions(tokens, mask, grids, CONFIG)
+  row_ids = np.array([server.row_id(req), 0, 0, 0], np.int32)
+  direct = sampling.generate(model, params, tokens, mask, params_sampling, jax.random.key(3), row_ids=row_ids,
+                             max_new_tokens=5, images=vision_lib.vision_inputs(patches, grids, CONFIG.vision),
+                             mrope=(positions, deltas))
+  n = int(direct.lengths[0])
+  np.testing.assert_array_equal(together[2].tokens, np.asarray(direct.tokens)[0, :n])
+  np.testing.assert_allclose(together[2].logprobs, np.asarray(direct.logprobs)[0, :n], atol=1e-5)
+  with pytest.raises(ValueError, match="image tokens for 1 images"):
+    layout.expand([1, 2, 3], [red])
