@@ -11,7 +11,9 @@ Protocol: POST a JSON object to /create {env_id, kwargs} -> {id, observation_spa
 terminated, truncated, info}; /call {id, method, args} -> {result} (only the server's
 `callable_methods`, e.g. oracle_action); /close {id}. GET /health -> {ok, envs}. A failure answers
 with an HTTP error status and {error, type, traceback}; the client raises `RemoteEnvError` with the
-server's message. Only Text observation and action spaces are carried.
+server's message. Observation and action spaces may be Text, Box (images) or a Dict of them; an array
+in an observation travels as {"__ndarray__": base64 of its bytes, "dtype", "shape"} and arrives as the same
+array, bit for bit (a MiniWoB screenshot, 160 x 210 x 3 bytes, is about 134 kB of JSON).
 
 Serve: `python -m explore_jax.envs.remote --port=8765 [--host=127.0.0.1] [--import=my.envs]`.
 The server binds to 127.0.0.1 unless told otherwise: it runs whatever environment a client names.
@@ -20,6 +22,7 @@ The server binds to 127.0.0.1 unless told otherwise: it runs whatever environmen
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import http.client
 import importlib
@@ -67,20 +70,51 @@ def _dumps(payload: Any) -> bytes:
   return json.dumps(payload, default=_to_json).encode("utf-8")
 
 
+def encode_observation(observation: Any) -> Any:
+  """An observation as JSON can carry it: arrays tagged with their bytes, dtype and shape; dicts per key."""
+  if isinstance(observation, np.ndarray):
+    data = np.ascontiguousarray(observation)
+    return {"__ndarray__": base64.b64encode(data.tobytes()).decode("ascii"), "dtype": data.dtype.str,
+            "shape": list(data.shape)}
+  if isinstance(observation, dict):
+    return {key: encode_observation(value) for key, value in observation.items()}
+  return observation
+
+
+def decode_observation(observation: Any) -> Any:
+  """The inverse of `encode_observation`."""
+  if isinstance(observation, dict):
+    if "__ndarray__" in observation:
+      data = base64.b64decode(observation["__ndarray__"])
+      return np.frombuffer(data, np.dtype(observation["dtype"])).reshape(observation["shape"]).copy()
+    return {key: decode_observation(value) for key, value in observation.items()}
+  return observation
+
+
 def space_to_spec(space: gymnasium.Space) -> dict[str, Any]:
-  """The JSON description of a Text space (the only kind the protocol carries)."""
-  if not isinstance(space, spaces.Text):
-    raise TypeError(f"remote environments carry Text spaces only, got {space}")
-  return dict(type="Text", min_length=space.min_length, max_length=space.max_length,
-              charset=space.characters)
+  """The JSON description of a Text, Box or Dict space (the kinds the protocol carries)."""
+  if isinstance(space, spaces.Text):
+    return dict(type="Text", min_length=space.min_length, max_length=space.max_length,
+                charset=space.characters)
+  if isinstance(space, spaces.Box):
+    return dict(type="Box", shape=list(space.shape), dtype=space.dtype.str, low=encode_observation(space.low),
+                high=encode_observation(space.high))
+  if isinstance(space, spaces.Dict):
+    return dict(type="Dict", spaces={key: space_to_spec(sub) for key, sub in space.spaces.items()})
+  raise TypeError(f"remote environments carry Text, Box and Dict spaces, got {space}")
 
 
-def space_from_spec(spec: dict[str, Any]) -> spaces.Text:
-  """The Text space a `space_to_spec` description stands for."""
-  if spec.get("type") != "Text":
-    raise RemoteEnvError(f"unsupported space description {spec!r}")
-  return spaces.Text(int(spec["max_length"]), min_length=int(spec["min_length"]),
-                     charset=spec["charset"])
+def space_from_spec(spec: dict[str, Any]) -> gymnasium.Space:
+  """The space a `space_to_spec` description stands for."""
+  kind = spec.get("type")
+  if kind == "Text":
+    return spaces.Text(int(spec["max_length"]), min_length=int(spec["min_length"]), charset=spec["charset"])
+  if kind == "Box":
+    return spaces.Box(decode_observation(spec["low"]), decode_observation(spec["high"]), tuple(spec["shape"]),
+                      np.dtype(spec["dtype"]))
+  if kind == "Dict":
+    return spaces.Dict({key: space_from_spec(sub) for key, sub in spec["spaces"].items()})
+  raise RemoteEnvError(f"unsupported space description {spec!r}")
 
 
 @dataclasses.dataclass
@@ -167,10 +201,10 @@ class EnvServer:
       env = entry.env
       if route == "reset":
         observation, info = env.reset(seed=body.get("seed"), options=body.get("options"))
-        return dict(observation=observation, info=info)
+        return dict(observation=encode_observation(observation), info=info)
       if route == "step":
         observation, reward, terminated, truncated, info = env.step(body.get("action"))
-        return dict(observation=observation, reward=float(reward), terminated=bool(terminated),
+        return dict(observation=encode_observation(observation), reward=float(reward), terminated=bool(terminated),
                     truncated=bool(truncated), info=info)
       method = body.get("method")
       if method not in self.callable_methods:
@@ -280,18 +314,18 @@ class RemoteEnv(gymnasium.Env):
     self._closed = False
     self.observation_space = space_from_spec(reply["observation_space"])
     self.action_space = space_from_spec(reply["action_space"])
-    self._last_observation: str | None = None
+    self._last_observation: Any = None
 
   def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
     super().reset(seed=seed)
     reply = self._post("reset", id=self._id, seed=seed, options=options)
-    self._last_observation = reply["observation"]
-    return reply["observation"], reply["info"]
+    observation = self._last_observation = decode_observation(reply["observation"])
+    return observation, reply["info"]
 
   def step(self, action: Any):
     reply = self._post("step", id=self._id, action=action)
-    self._last_observation = reply["observation"]
-    return (reply["observation"], float(reply["reward"]), bool(reply["terminated"]),
+    observation = self._last_observation = decode_observation(reply["observation"])
+    return (observation, float(reply["reward"]), bool(reply["terminated"]),
             bool(reply["truncated"]), reply["info"])
 
   def call(self, method: str, *args: Any) -> Any:
@@ -303,7 +337,10 @@ class RemoteEnv(gymnasium.Env):
     return self.call("oracle_action")
 
   def render(self) -> str | None:
-    return self._last_observation if self.render_mode == "ansi" else None
+    if self.render_mode != "ansi":
+      return None
+    last = self._last_observation
+    return last.get("text") if isinstance(last, dict) else last
 
   def close(self) -> None:
     if self._closed:

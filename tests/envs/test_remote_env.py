@@ -3,6 +3,7 @@
 import json
 import os
 import socket
+import string
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import gymnasium
+import numpy as np
 import pytest
 
 from explore_jax.envs import (EnvServer, KeyDoorEnv, ParallelCopies, RemoteEnv, RemoteEnvError,
@@ -129,3 +131,44 @@ def test_the_command_line_server_serves_on_loopback():
   finally:
     process.terminate()
     process.wait(timeout=10)
+
+
+class _Screen(gymnasium.Env):
+  """A Dict observation of a screenshot and a text, as MiniWoB-v0's, on a tiny screen."""
+
+  def __init__(self):
+    self.observation_space = gymnasium.spaces.Dict({
+        "screenshot": gymnasium.spaces.Box(0, 255, (6, 5, 3), np.uint8),
+        "text": gymnasium.spaces.Text(64, charset=string.printable)})
+    self.action_space = gymnasium.spaces.Text(64)
+
+  def _observation(self):
+    pixels = self.np_random.integers(0, 256, (6, 5, 3), dtype=np.uint8)
+    return {"screenshot": pixels, "text": f"Task: click {int(pixels[0, 0, 0])}"}
+
+  def reset(self, seed=None, options=None):
+    super().reset(seed=seed)
+    return self._observation(), {"step": 0}
+
+  def step(self, action):
+    return self._observation(), 0.5, action == "stop", False, {"step": 1, "pixels": np.arange(3)}
+
+
+gymnasium.register("test_remote/Screen-v0", entry_point=_Screen)
+
+
+def test_image_observations_and_their_spaces_travel_bit_for_bit(server):
+  remote = RemoteEnv(server.url, "test_remote/Screen-v0", render_mode="ansi")
+  local = _Screen()
+  assert remote.observation_space == local.observation_space and remote.action_space == local.action_space
+  for seed in (0, 1):
+    (got, info), (want, want_info) = remote.reset(seed=seed), local.reset(seed=seed)
+    assert info == want_info and got["text"] == want["text"]
+    assert got["screenshot"].dtype == np.uint8 and np.array_equal(got["screenshot"], want["screenshot"])
+    assert remote.observation_space.contains(got)
+    got, reward, terminated, truncated, info = remote.step("stop")
+    want = local.step("stop")
+    assert np.array_equal(got["screenshot"], want[0]["screenshot"]) and got["text"] == want[0]["text"]
+    assert (reward, terminated, truncated) == want[1:4] and info == {"step": 1, "pixels": [0, 1, 2]}
+  assert remote.render() == got["text"]
+  remote.close()
