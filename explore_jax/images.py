@@ -125,10 +125,8 @@ class ImageLayout:
     """The vision tower's input for images at their target sizes: patches [N, patch_dim] float32 (rescaled
     to [0, 1], normalised by the CLIP mean and std, in the processor's patch order) and grids [images, 3]."""
     patches, grids = [], []
-    mean, std = np.asarray(CLIP_MEAN, np.float32), np.asarray(CLIP_STD, np.float32)
     for image in images:
-      x = (self.check(image).astype(np.float32) / 255.0 - mean) / std
-      p, grid = patchify(x, self.patch_size, self.merge_size, self.temporal_patch_size)
+      p, grid = patchify(normalise(self.check(image)), self.patch_size, self.merge_size, self.temporal_patch_size)
       patches.append(p)
       grids.append(grid)
     if not patches:
@@ -136,11 +134,19 @@ class ImageLayout:
     return np.concatenate(patches).astype(np.float32), np.asarray(grids, np.int64)
 
 
-def patchify(image: np.ndarray, patch_size: int, merge_size: int, temporal_patch_size: int
-             ) -> tuple[np.ndarray, tuple[int, int, int]]:
+def normalise(image: Any, xp: Any = np) -> Any:
+  """uint8 pixels [..., C] rescaled to [0, 1] and normalised by the CLIP mean and std (float32); `xp` is numpy
+  or jax.numpy (the learner normalises records' images inside its jitted loss)."""
+  mean, std = xp.asarray(CLIP_MEAN, xp.float32), xp.asarray(CLIP_STD, xp.float32)
+  return (image.astype(xp.float32) / 255.0 - mean) / std
+
+
+def patchify(image: Any, patch_size: int, merge_size: int, temporal_patch_size: int, xp: Any = np
+             ) -> tuple[Any, tuple[int, int, int]]:
   """One image [H, W, C] (already resized and normalised) as pixel_values [h*w, patch_dim] and its grid
   (1, h, w) in patches, laid out as Hugging Face's Qwen2VLImageProcessor does: the still image repeated over
-  the temporal patch, patches in merge-block order, each flattened channel, frame, row, column."""
+  the temporal patch, patches in merge-block order, each flattened channel, frame, row, column. Pure
+  reshapes, in numpy or (xp=jax.numpy) under jit."""
   P, m, T = patch_size, merge_size, temporal_patch_size
   H, W, C = image.shape
   if H % (P * m) or W % (P * m):
@@ -149,5 +155,5 @@ def patchify(image: np.ndarray, patch_size: int, merge_size: int, temporal_patch
   h, w = H // P, W // P
   x = image.reshape(h // m, m, P, w // m, m, P, C)
   x = x.transpose(0, 3, 1, 4, 6, 2, 5)  # [h/m, w/m, m, m, C, P, P]: merge blocks, then their patches
-  x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T, P, P))
-  return np.ascontiguousarray(x).reshape(h * w, C * T * P * P), (1, h, w)
+  x = xp.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T, P, P))
+  return x.reshape(h * w, C * T * P * P), (1, h, w)

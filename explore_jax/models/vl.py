@@ -28,6 +28,8 @@ from jax.sharding import Mesh
 
 from explore_jax.models.config import VLConfig
 from explore_jax.models.transformer import KVCache, Model, ModelOutput, Params
+from explore_jax import images as images_lib
+from explore_jax.models import vision as vision_lib
 from explore_jax.models.vision import VisionInputs, VisionTower
 from explore_jax.parallel import sharding
 
@@ -138,6 +140,21 @@ class VLModel:
     is_image = tokens == self.config.image_token_id
     index = jnp.cumsum(is_image.reshape(-1)).reshape(tokens.shape) - 1
     return jnp.where(is_image[..., None], features[jnp.clip(index, 0, features.shape[0] - 1)], x)
+
+  def image_features(self, params: Params, images: jax.Array, valid: jax.Array) -> jax.Array:
+    """Merged features of uint8 images [N, H, W, C] of one size, each through the tower on its own (vmapped),
+    the `valid` [N] ones first in their order, then the others: [N * tokens per image, E], the layout `merge`
+    reads for prompts holding the valid images in that order. Differentiable in params["vision"]; the
+    learner's twin of the sampler's per-image features (equal up to float rounding)."""
+    N, H, W, _ = images.shape
+    v = self.config.vision
+    patches = jax.vmap(lambda image: images_lib.patchify(images_lib.normalise(image, jnp), v.patch_size,
+                                                         v.spatial_merge_size, v.temporal_patch_size, jnp)[0])(images)
+    grid = np.array([[1, H // v.patch_size, W // v.patch_size]])
+    layout = vision_lib.vision_inputs(np.zeros((patches.shape[1], v.patch_dim), np.float32), grid, v)
+    features = jax.vmap(lambda p: self.vision.apply(params["vision"], layout._replace(patches=p)))(patches)
+    order = jnp.argsort(~valid.astype(bool), stable=True)
+    return features[order].reshape(-1, features.shape[-1])
 
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array, cache: Optional[KVCache] = None, *,
             images: Optional[VisionInputs] = None, image_features: Optional[jax.Array] = None,

@@ -386,18 +386,23 @@ def _score(logits: jax.Array, targets: jax.Array, temperatures: jax.Array, valid
 def response_logprobs(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,
                       response: jax.Array, response_mask: jax.Array, temperatures: jax.Array, *,
                       top_k: int = 0, top_p: Optional[jax.Array] = None,
-                      return_entropy: bool = False) -> TokenLogprobs:
+                      return_entropy: bool = False, positions: Optional[jax.Array] = None,
+                      image_features: Optional[jax.Array] = None) -> TokenLogprobs:
   """`token_logprobs` of a batch of records laid out as the sampler returns them, aligned to the response.
 
   prompt/prompt_mask [B, P] left-padded, response/response_mask/temperatures [B, N] (`SampleOutput`'s
-  tokens, mask, temperatures). Returns [B, N] arrays, 0 where response_mask is False.
+  tokens, mask, temperatures). Returns [B, N] arrays, 0 where response_mask is False. A VLModel's prompts
+  with images: their merged `image_features` (VLModel.image_features) and the multimodal RoPE `positions`
+  [B, P + N, 3] of prompt and response (vl.mrope_positions over both).
   """
   N = response.shape[1]
   tokens = jnp.concatenate([prompt, response], axis=1).astype(jnp.int32)
   mask = jnp.concatenate([prompt_mask.astype(bool), response_mask.astype(bool)], axis=1)
+  positions = positions_from_mask(mask) if positions is None else positions
+  extra = {} if image_features is None else {"image_features": image_features}
   # Only the N + 1 last positions are projected onto the vocabulary: the last prompt token predicts the
   # first response token, response token j predicts j + 1, and the last prediction is not needed.
-  logits = model.apply(params, tokens, positions_from_mask(mask), attention_mask=mask,
-                       logits_to_keep=N + 1).logits[:, :-1]
+  logits = model.apply(params, tokens, positions, attention_mask=mask, logits_to_keep=N + 1,
+                       **extra).logits[:, :-1]
   return _score(logits, response, temperatures.astype(jnp.float32), response_mask.astype(bool), top_k, top_p,
                 return_entropy)

@@ -24,7 +24,8 @@ from explore_jax.train.state import TrainState
 
 Batch = dict[str, jax.Array]
 # prompt_tokens/prompt_mask [B, P]; response_tokens/response_mask/temperatures/behaviour_logprobs [B, R];
-# advantages [B] or [B, R]; valid [B]; optional ref_logprobs [B, R] when the KL term is on.
+# advantages [B] or [B, R]; valid [B]; optional ref_logprobs [B, R] when the KL term is on; a vision-language
+# policy's records add images [B, K, H, W, C] uint8, image_count [B] and positions [B, P + R, 3] (image_inputs).
 
 
 def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConfig
@@ -33,7 +34,7 @@ def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConf
   needs_entropy = loss_config.entropy_coef != 0.0 or loss_config.entropy_advantage
   out = response_logprobs(model, params, batch["prompt_tokens"], batch["prompt_mask"],
                           batch["response_tokens"], batch["response_mask"], batch["temperatures"],
-                          return_entropy=True)
+                          return_entropy=True, **image_inputs(model, params, batch))
   mask = batch["response_mask"].astype(bool) & batch["valid"].astype(bool)[:, None]
   loss, metrics = policy_loss(out.logprobs, batch["behaviour_logprobs"], batch["advantages"], mask,
                               loss_config, ref_logp=batch.get("ref_logprobs"),
@@ -44,11 +45,24 @@ def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConf
   return loss, metrics
 
 
+def image_inputs(model: Any, params: Any, batch: Batch) -> dict[str, jax.Array]:
+  """response_logprobs' image arguments for a batch whose records keep their prompts' images: "images" uint8
+  [B, K, H, W, C] (the first "image_count" [B] of each row real), "positions" [B, P + R, 3]; {} otherwise."""
+  if "images" not in batch:
+    return {}
+  images = batch["images"]
+  B, K = images.shape[:2]
+  valid = jnp.arange(K)[None, :] < batch["image_count"][:, None]
+  features = model.image_features(params, images.reshape((B * K,) + images.shape[2:]), valid.reshape(-1))
+  return {"image_features": features, "positions": batch["positions"]}
+
+
 def make_reference_logprobs(model: Model) -> Callable[[Any, Batch], jax.Array]:
   """Jitted log-probs of the batch's responses under fixed (reference) params, for the KL term."""
   def fn(params, batch):
     return response_logprobs(model, params, batch["prompt_tokens"], batch["prompt_mask"],
-                             batch["response_tokens"], batch["response_mask"], batch["temperatures"]).logprobs
+                             batch["response_tokens"], batch["response_mask"], batch["temperatures"],
+                             **image_inputs(model, params, batch)).logprobs
   return jax.jit(fn)
 
 
