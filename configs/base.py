@@ -109,6 +109,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.replay.iterations_kept = 2   # replay capacity in iterations' worth of records
 
   c.train = ml_collections.ConfigDict()
+  c.train.compilation_cache = True   # XLA's persistent compilation cache (train/xla_cache.py)
   c.train.num_iterations = 50
   c.train.peak_tflops = 0.0      # per-device peak for MFU; 0: the device kind's (train/throughput.py), none on CPU
 

@@ -37,6 +37,9 @@ def main(argv):
   from explore_jax.parallel import distributed
   d = config.get("distributed") or {}
   distributed.initialize(d.get("coordinator_address"), d.get("num_processes"), d.get("process_id"))
+  if config.train.get("compilation_cache", True):
+    from explore_jax.train import xla_cache
+    xla_cache.enable()
   workdir = _WORKDIR.value or os.path.join("runs", os.path.splitext(os.path.basename(
       flags.FLAGS["config"].config_filename))[0])
   logging.set_verbosity(logging.WARNING)

@@ -53,6 +53,10 @@ def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
     assert r["episodes_dropped"] == 0 and r["update/minibatches"] >= 1 and 0 <= r["success_rate"] <= 1
   for name in ("config.json", "curves.png", "metrics.jsonl"):
     assert os.path.exists(tmp_path / "ref" / name), name
+  # The run kept its compiled programs (train/xla_cache.py); the resumed run below loads them, and must still
+  # make the same run bit for bit.
+  compiled = [f for d in (cache / "xla").iterdir() for f in d.iterdir()]
+  assert len(compiled) >= 3, compiled
   assert os.listdir(tmp_path / "ref" / "tensorboard")
 
   # The same command killed with SIGKILL after its first iteration, then started again.
