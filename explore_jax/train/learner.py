@@ -32,7 +32,8 @@ from explore_jax.models import Model
 from explore_jax.models import lora as lora_lib
 from explore_jax.rl.advantages import RecordLayout, StepRecords, get_advantage_estimator, intern_keys
 from explore_jax.train import aux_models as aux_lib
-from explore_jax.train import checkpoint, sft, sft_data
+from explore_jax.train import checkpoint, rollout, sft, sft_data
+from explore_jax.train import rl_step as rl_step_lib
 from explore_jax.train import state as state_lib
 from explore_jax.train.rl_step import make_reference_logprobs, make_rl_step
 
@@ -170,6 +171,12 @@ class Learner:
              "response_mask": jnp.asarray(records.response_mask), "temperatures": jnp.asarray(records.temperatures),
              "behaviour_logprobs": jnp.asarray(records.behaviour_logprobs), "advantages": advantages,
              "valid": jnp.asarray(valid)}
+    if rollout.IMAGES in records.extras:  # a vision-language policy's records: images and mRoPE positions
+      fields = rl_step_lib.image_batch_fields(
+          self.model.config, np.asarray(records.prompt_tokens), np.asarray(records.prompt_mask),
+          np.asarray(records.response_tokens), np.asarray(records.response_mask),
+          np.asarray(records.extras[rollout.IMAGES]), np.asarray(records.extras[rollout.IMAGE_COUNT]))
+      batch.update({k: jnp.asarray(v) for k, v in fields.items()})
     rng = np.random.default_rng([self.config.seed, iteration, BATCH_REWRITE_STREAM])
     return self.method.update_batch(batch, records, rng)
 
@@ -264,7 +271,10 @@ def _trim_prompt_padding(batch: dict[str, Any], rows: np.ndarray, bucket: int = 
   first = int(np.argmax(used)) // bucket * bucket if used.any() else 0
   if first == 0:
     return batch
-  return {**batch, "prompt_tokens": batch["prompt_tokens"][:, first:], "prompt_mask": batch["prompt_mask"][:, first:]}
+  trimmed = {**batch, "prompt_tokens": batch["prompt_tokens"][:, first:], "prompt_mask": batch["prompt_mask"][:, first:]}
+  if "positions" in batch:  # [B, P + R, 3]: the same columns
+    trimmed["positions"] = batch["positions"][:, first:]
+  return trimmed
 
 
 def _group_returns(rewards, group, traj, valid) -> dict[int, np.ndarray]:

@@ -83,6 +83,38 @@ def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embe
   }
 
 
+# A vision-language policy's records keep their prompts' images (what the learner needs to recompute
+# log-probs): uint8 [K, H, W, C] at the size the model read them, the first `image_count` real.
+IMAGES, IMAGE_COUNT = "images", "image_count"
+
+
+def image_record_fields(max_images: int, image_shape: tuple[int, int, int]) -> dict[str, tuple]:
+  """The record fields of image prompts: at most `max_images` images of `image_shape` (H, W, C) per step.
+  Memory per record: max_images x H x W x C bytes (a 168 x 224 screenshot: 113 kB)."""
+  return {IMAGES: ((int(max_images), *(int(v) for v in image_shape)), "uint8"), IMAGE_COUNT: ((), "int32")}
+
+
+def _image_columns(spec: RecordSpec, step: Any) -> dict[str, np.ndarray]:
+  """A step's image fields as the spec declares them (empty when the records keep no images)."""
+  field = spec.extra_fields.get(IMAGES)
+  if field is None:
+    if step.images:
+      raise ValueError(f"episode {step.episode_id} step {step.step_index} has {len(step.images)} image(s), but "
+                       f"the records keep none (a vision-language policy declares image_record_fields)")
+    return {}
+  K, shape = field.shape[0], field.shape[1:]
+  if len(step.images) > K:
+    raise ValueError(f"episode {step.episode_id} step {step.step_index} has {len(step.images)} images, more than "
+                     f"the {K} its records keep")
+  images = np.zeros(field.shape, np.uint8)
+  for k, image in enumerate(step.images):
+    if tuple(image.shape) != shape:
+      raise ValueError(f"episode {step.episode_id} step {step.step_index}: an image of shape {list(image.shape)}, "
+                       f"but records keep images of {list(shape)}")
+    images[k] = image
+  return {IMAGES: images, IMAGE_COUNT: len(step.images)}
+
+
 def visitation_depths(state_keys: list[int]) -> list[int]:
   """kappa(s_t) = #{k < t : s_k = s_t} along one trajectory (EAPO, eq. 12)."""
   seen: dict[int, int] = {}
@@ -116,6 +148,7 @@ def to_records(spec: RecordSpec, method: Method, results: list[EpisodeResult], *
           "actor_id": s.actor_id, "state_key": s.state_key, "visitation_depth": depth,
           "policy_version": s.response.policy_version, "done": s.done,
           **({"intrinsic": np.zeros(spec.num_intrinsic, np.float32)} if spec.num_intrinsic else {}),
+          **_image_columns(spec, s),
           **extra,
       })
   return from_host(spec, rows, pad_to=pad_to)

@@ -1,22 +1,32 @@
-"""A vision-language policy's update: records that keep their prompts' images (uint8, as the actors sent them)
-let the learner recompute the behaviour log-probs the sampler recorded, and the policy gradient reaches the
-vision tower."""
+"""A vision-language policy's update: records keep their prompts' images (uint8, as the actors sent them),
+survive the device replay bit for bit, and let the learner recompute the behaviour log-probs the sampler
+recorded; the policy gradient reaches the vision tower."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from explore_jax import sampling
-from explore_jax.actors.protocol import PromptRequest
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, PromptRequest, Response, StepRecord
 from explore_jax.images import ImageLayout
 from explore_jax.models import vl as vl_lib
 from explore_jax.rl.losses import PolicyLossConfig
-from explore_jax.train import rl_step
+from explore_jax.replay import RecordSpec, Replay
+from explore_jax.train import rl_step, rollout
 from explore_jax.train.inference import InferenceServer
 
 from tests.models.test_vl import CONFIG
 
 R = 5
+
+
+class _NoFields:
+  """A method without record fields of its own."""
+  name = "none"
+
+  def step_fields(self, result):
+    return [{} for _ in result.steps]
 
 
 def test_recomputed_log_probs_equal_the_recorded_ones_and_the_gradient_reaches_the_tower():
@@ -34,28 +44,35 @@ def test_recomputed_log_probs_equal_the_recorded_ones_and_the_gradient_reaches_t
   policy_fn, _ = server.bind(params, jax.random.key(3), sampling.make_sampling_params(1.0), version=0)
   responses = policy_fn(requests)
 
-  # The records as the learner packs them: left-padded prompts, right-padded responses, the images.
-  B, P = len(requests), 64
-  prompt = np.zeros((B, P), np.int32)
-  prompt_mask = np.zeros((B, P), bool)
-  response = np.zeros((B, R), np.int32)
-  response_mask = np.zeros((B, R), bool)
-  temperatures = np.zeros((B, R), np.float32)
-  behaviour = np.zeros((B, R), np.float32)
-  for i, (req, res) in enumerate(zip(requests, responses)):
-    prompt[i, P - len(req.prompt_ids):], prompt_mask[i, P - len(req.prompt_ids):] = req.prompt_ids, True
-    n = len(res.tokens)
-    response[i, :n], response_mask[i, :n] = res.tokens, True
-    temperatures[i, :n], behaviour[i, :n] = res.temperatures, res.logprobs
-  images = np.zeros((B, 1, 8, 12, 3), np.uint8)
-  images[0, 0], images[2, 0] = shots
-  grids = np.array([layout.grid(shots[0]), layout.grid(shots[1])])
-  positions, _ = vl_lib.mrope_positions(np.concatenate([prompt, response], 1),
-                                        np.concatenate([prompt_mask, response_mask], 1), grids, CONFIG)
+  # The steps as actors send them back, packed into records as the loop packs them (the records keep the
+  # images), through the device replay, and laid out as the learner's update batch.
+  steps = [StepRecord(episode_id=req.episode_id, group_id=0, traj_id=i, step_index=req.step, actor_id=0,
+                      prompt_ids=req.prompt_ids, response=res, response_text="", task_reward=1.0, format_reward=1.0,
+                      state_key=0, done=True, success=True, info={}, images=req.images)
+           for i, (req, res) in enumerate(zip(requests, responses))]
+  results = [EpisodeResult(spec=EpisodeSpec(episode_id=i, group_id=0, traj_id=i, env_id="screen"), steps=[step],
+                           success=True, total_reward=1.0, feedback="") for i, step in enumerate(steps)]
+  spec = RecordSpec(prompt_len=64, response_len=R, extras=rollout.image_record_fields(1, (8, 12, 3)))
+  records = rollout.to_records(spec, _NoFields(), results, max_steps=3, pad_to=4)
+  assert np.asarray(records.extras["image_count"]).tolist() == [1, 0, 1, 0]
+  replay = Replay(spec, 8)
+  replay.insert(records)
+  drawn = jax.device_get(replay.take_latest(4, since_version=0).records)
+  for got, want in zip(jax.tree.leaves(drawn), jax.tree.leaves(records)):  # image records survive the replay
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(drawn.extras["images"][2, 0], shots[1])
+
+  B = len(requests)
+  prompt, prompt_mask = np.asarray(records.prompt_tokens)[:B], np.asarray(records.prompt_mask)[:B]
+  response, response_mask = np.asarray(records.response_tokens)[:B], np.asarray(records.response_mask)[:B]
+  temperatures, behaviour = np.asarray(records.temperatures)[:B], np.asarray(records.behaviour_logprobs)[:B]
   batch = {"prompt_tokens": prompt, "prompt_mask": prompt_mask, "response_tokens": response,
            "response_mask": response_mask, "temperatures": temperatures, "behaviour_logprobs": behaviour,
-           "images": images, "image_count": np.array([1, 0, 1], np.int32), "positions": positions,
-           "advantages": np.array([1.0, -0.5, 0.5], np.float32), "valid": np.ones(B, bool)}
+           "advantages": np.array([1.0, -0.5, 0.5], np.float32), "valid": np.ones(B, bool),
+           **rl_step.image_batch_fields(CONFIG, prompt, prompt_mask, response, response_mask,
+                                        np.asarray(records.extras["images"])[:B],
+                                        np.asarray(records.extras["image_count"])[:B])}
+  positions = batch["positions"]
 
   def logprobs(p):
     return sampling.response_logprobs(model, p, prompt, prompt_mask, response, response_mask, temperatures,
@@ -73,3 +90,25 @@ def test_recomputed_log_probs_equal_the_recorded_ones_and_the_gradient_reaches_t
   grads = jax.grad(lambda p: rl_step.rl_loss(model, p, batch, PolicyLossConfig())[0])(params)
   vision = jax.tree.leaves(grads["vision"])
   assert any(float(jnp.abs(g).max()) > 0 for g in vision)
+
+
+def test_records_refuse_images_they_cannot_keep():
+  spec = RecordSpec(prompt_len=8, response_len=2, extras=rollout.image_record_fields(1, (8, 12, 3)))
+  plain = RecordSpec(prompt_len=8, response_len=2)
+  response = Response(0, 0, np.array([3], np.int32), np.array([-0.5], np.float32), np.ones(1, np.float32),
+                      np.zeros(1, np.int32), policy_version=0)
+
+  def result(images):
+    step = StepRecord(episode_id=0, group_id=0, traj_id=0, step_index=0, actor_id=0, prompt_ids=[1, 2],
+                      response=response, response_text="", task_reward=0.0, format_reward=1.0, state_key=0,
+                      done=True, success=False, info={}, images=tuple(images))
+    return [EpisodeResult(spec=EpisodeSpec(0, 0, 0, "screen"), steps=[step], success=False, total_reward=0.0,
+                          feedback="")]
+
+  image = np.zeros((8, 12, 3), np.uint8)
+  with pytest.raises(ValueError, match=r"an image of shape \[12, 8, 3\], but records keep images of \[8, 12, 3\]"):
+    rollout.to_records(spec, _NoFields(), result([image.transpose(1, 0, 2)]), max_steps=1, pad_to=1)
+  with pytest.raises(ValueError, match="2 images, more than the 1"):
+    rollout.to_records(spec, _NoFields(), result([image, image]), max_steps=1, pad_to=1)
+  with pytest.raises(ValueError, match="the records keep none"):
+    rollout.to_records(plain, _NoFields(), result([image]), max_steps=1, pad_to=1)
