@@ -75,6 +75,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0
   c.rollout.top_p = 1.0
   c.rollout.episode_timeout_s = 120.0
+  # After the first prompt request of a sampler call, wait this long for more from actors still busy: fuller,
+  # fewer calls (a response never depends on which requests share its call, so results do not change).
+  c.rollout.batch_wait_s = 0.0
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

@@ -57,14 +57,24 @@ class ObservationPrompt:
   system: str = DEFAULT_SYSTEM_PROMPT
   history_steps: int = 0
   instruction: str = ""
+  # The last N actions taken, listed after the observation without their observations: a short memory (where
+  # a searching agent has been) at a few tokens per step, where history_steps costs a whole observation each.
+  action_history: int = 0
 
   def __call__(self, observation: str, history: list[tuple[str, str]], context: dict[str, Any],
                info: dict[str, Any]) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": self.system}] if self.system else []
     for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
       messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
-    messages.append({"role": "user", "content": join_text(observation, self.instruction_for(context))})
+    messages.append({"role": "user", "content": join_text(observation, self.actions_so_far(history),
+                                                          self.instruction_for(context))})
     return messages
+
+  def actions_so_far(self, history: list[tuple[str, str]]) -> str:
+    """"Your last actions: a; b; c." of the last `action_history` responses (one line each, cut to 60
+    characters), "" when there are none or the option is off."""
+    recent = [" ".join(str(r).split())[:60] for _, r in history[-self.action_history:]] if self.action_history else []
+    return f"Your last actions: {'; '.join(recent)}." if recent else ""
 
   def instruction_for(self, context: dict[str, Any]) -> str:
     """The text after the observation; subclasses vary it with the episode's context."""
@@ -116,7 +126,8 @@ class Method:
   def prompt_hook(self) -> Callable[..., Any]:
     return ObservationPrompt(system=self.config.get("system_prompt", DEFAULT_SYSTEM_PROMPT),
                              history_steps=self.config.get("history_steps", 0),
-                             instruction=self.config.get("instruction", ""))
+                             instruction=self.config.get("instruction", ""),
+                             action_history=self.config.get("action_history", 0))
 
   def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
     return {}

@@ -28,12 +28,14 @@ def config_hash(*parts: Any) -> str:
 
 
 def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
-  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout, and with
-  LoRA its adapters' shape and seed (only then, so the keys of existing warm starts stay what they were)."""
+  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout (with the
+  history the prompts show), and with LoRA its adapters' shape and seed (these last parts only where set, so
+  the keys of existing warm starts stay what they were)."""
   lora = lora_lib.from_config(config.model.get("lora"))
+  history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
   return config_hash(checkpoint_dir, config.sft.to_dict(), config.env.to_dict(), prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
-                     *([dataclasses.asdict(lora)] if lora is not None else []))
+                     *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
 
 
 def request(config: Any, prompt_hook: Callable) -> SFTRequest:

@@ -79,6 +79,15 @@ def test_prompt_hook_unpickles_without_jax():
   assert out.stdout.decode().strip() == "False"
 
 
+def test_the_action_history_lists_the_last_actions_after_the_observation():
+  hook = ObservationPrompt(system="", action_history=2, instruction="Act.")
+  history = [("o1", "go to drawer 1"), ("o2", "open drawer 1\n  now"), ("o3", "go to desk 1")]
+  assert hook("o4", history, {}, {}) == [
+      {"role": "user", "content": "o4\nYour last actions: open drawer 1 now; go to desk 1.\nAct."}]
+  assert hook("o1", [], {}, {}) == [{"role": "user", "content": "o1\nAct."}]
+  assert ObservationPrompt(system="")("o4", history, {}, {}) == [{"role": "user", "content": "o4"}]
+
+
 def test_every_loss_field_is_reachable_from_the_config():
   c = grpo_keydoor.get_config()
   c.rl.loss.low_prob_mask, c.rl.loss.low_prob_log_threshold, c.rl.loss.kl_type = "sequence", -3.0, "abs"

@@ -78,3 +78,18 @@ def test_metrics_writer_of_a_secondary_process_keeps_history_and_writes_nothing(
   assert [r["iteration"] for r in w.history] == [2]
   assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # untouched: process 0's file
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_the_warm_start_key_follows_the_history_the_prompts_show():
+  from configs import grpo_keydoor
+  from explore_jax.train.warm_start import warm_start_key
+
+  c = grpo_keydoor.get_config()
+  key = warm_start_key(c, "/ckpt", 128, 16)
+  with c.unlocked():
+    c.action_history = 0
+  assert warm_start_key(c, "/ckpt", 128, 16) == key  # unset or 0: the key of the warm starts made before
+  c.action_history = 4
+  with_actions = warm_start_key(c, "/ckpt", 128, 16)
+  c.history_steps = 1
+  assert len({key, with_actions, warm_start_key(c, "/ckpt", 128, 16)}) == 3

@@ -94,6 +94,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -115,6 +116,10 @@ _STDERR_LINES = 20
 _TIMEOUTS = {"load": 600.0, "step": 120.0, "plan": 600.0, "generate": 600.0}
 _ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")  # what importing alfworld sets
 
+
+ORACLES = ("walkthrough", "search")
+# A pick & place goal as ALFRED's templates write it: "put a mug in coffeemachine", "put some candle on countertop".
+_PICK_AND_PLACE = re.compile(r"put (?:a|an|some) ([a-z]+) (?:in|on|in/on) ([a-z]+)")
 
 class ALFWorldError(RuntimeError):
   """The game process failed a request or died. reset() starts a new process where it died."""
@@ -346,6 +351,10 @@ class ALFWorldEnv(TextEnv):
     list_actions: whether the raw observation ends with them ("Actions: a, b, c."; implies
       `admissible`), as the prompts of verl-agent's ALFWorld agents list them.
     cache_dir: where generated games are cached (default EXPLORE_JAX_CACHE or ~/.cache/explore_jax).
+    oracle: "walkthrough" (the planner's path, which knows where the object is) or "search" (what an agent
+      that sees only the observation can do, pick & place goals only: go to the room's receptacles in the
+      listed order, opening closed ones, until the object shows, take it, then go to the goal's receptacle
+      and put it there): the demonstrations an SFT warm start imitates.
     render_mode: None or "ansi".
   """
 
@@ -353,10 +362,13 @@ class ALFWorldEnv(TextEnv):
 
   def __init__(self, split: str = "train", task_types: Any = None, num_games: int | None = None,
                data_dir: str | None = None, max_steps: int = 50, admissible: bool = False,
-               list_actions: bool = False, cache_dir: str | None = None,
+               list_actions: bool = False, cache_dir: str | None = None, oracle: str = "walkthrough",
                render_mode: str | None = None):
     if split not in SPLITS:
       raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if oracle not in ORACLES:
+      raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    self.oracle = oracle
     super().__init__(max_steps=max_steps, render_mode=render_mode)
     self.split = split
     self.task_types = _task_types(task_types)
@@ -510,7 +522,10 @@ class ALFWorldEnv(TextEnv):
   # ---- the oracle -------------------------------------------------------------------------------
 
   def oracle_action(self) -> str:
-    """The walkthrough's next command, as the exact response text (while the episode follows it)."""
+    """The oracle's next command, as the exact response text: the walkthrough's (while the episode follows
+    it) or the searching agent's (the `oracle` argument)."""
+    if self.oracle == "search":
+      return self.search_action()
     if self._gold is None:
       with open(self.game_path) as f:
         walkthrough = json.load(f).get("walkthrough")
@@ -522,6 +537,34 @@ class ALFWorldEnv(TextEnv):
         pos = self._follow(pos, action, changed)
       self._gold_pos = pos
     return next_gold_action(self._gold, self._gold_pos, self.task_id, "walkthrough")
+
+  def search_action(self) -> str:
+    """The next command of an agent that knows only what the observation says (class docstring)."""
+    goal = _PICK_AND_PLACE.fullmatch(self.goal.rstrip("."))
+    if goal is None:
+      raise ValueError(f"the search oracle plays pick & place goals (put a/some X in/on Y); {self.task_id} "
+                       f"asks: {self.goal!r}")
+    thing, target = goal.group(1), goal.group(2)
+    view = self.view
+    place = view.get("location")
+    holding = [h for h in view.get("holding") or [] if h.split()[0] == thing]
+    goal_places = [r for r in self.receptacles if r.split()[0] == target]
+    if not goal_places:
+      raise ValueError(f"{self.task_id}: the room has no {target} for the goal {self.goal!r}")
+    if place is not None and view.get("openable") and not view.get("opened"):
+      return f"open {place}"
+    if holding:
+      if place is not None and place.split()[0] == target:
+        return f"move {holding[0]} to {place}"
+      return f"go to {goal_places[0]}"
+    here = [c for c in view.get("contents") or [] if c.split()[0] == thing]
+    if here and place is not None:
+      return f"take {here[0]} from {place}"
+    visited = {a[len("go to "):] for a in self.history if a.startswith("go to ")}
+    for receptacle in self.receptacles:
+      if receptacle not in visited and receptacle.split()[0] != target:
+        return f"go to {receptacle}"
+    return "look"  # everything searched: the object is nowhere the agent could see it
 
   def _follow(self, pos: int | None, action: str, changed: bool) -> int | None:
     """The walkthrough's position after `action` (None once the episode has left it): the next
