@@ -23,7 +23,9 @@ What stays exact:
 * Evaluation shares the actor pool: before it, the loop waits for the rollouts in flight (`wait`), so the
   evaluation and the schedule of rollouts are those of an uninterrupted overlapped run.
 
-One background thread plays the rollouts in launch order (the actor pool runs one collection at a time). On
+One background thread plays the rollouts in launch order (the actor pool runs one collection at a time); a
+multi-host run stays synchronous (each process would interleave its two threads' collective calls in its own
+order). On
 one host the sampler and the learner share the devices: what overlap buys is the time the devices would sit
 idle while environments step and actors answer, and the host time of one phase under the other's device time.
 """
@@ -66,6 +68,11 @@ class RolloutPipeline:
                checkpoint_every: int):
     if max_staleness < 0:
       raise ValueError(f"config.rollout.max_staleness must be >= 0, got {max_staleness}")
+    if max_staleness and jax.process_count() > 1:
+      # Sampling and updates are collective programs: two threads per process would issue them in an order
+      # that differs between processes.
+      raise ValueError("config.rollout.max_staleness > 0 (overlapped rollout) runs on one process; a "
+                       f"multi-host run ({jax.process_count()} processes) is synchronous")
     self.parts, self.pool = parts, pool
     self.max_staleness, self.num_iterations = int(max_staleness), int(num_iterations)
     self.checkpoint_every = max(int(checkpoint_every), 1)
