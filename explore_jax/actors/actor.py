@@ -96,8 +96,8 @@ class PromptTokenizer:
     if layout is None or not (images or layout.pad_id in ids):
       return ids, cut
     if cut:
-      raise ValueError(f"the prompt with its {len(images)} image(s) does not fit max_prompt_tokens="
-                       f"{self.max_prompt_tokens}: an image cannot be cut")
+      raise ValueError(f"the prompt with its {len(images)} image(s) has more than {len(ids) + cut} tokens, more "
+                       f"than max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
     ids = layout.expand(ids, images)
     if len(ids) > self.max_prompt_tokens:
       raise ValueError(f"the prompt with its {len(images)} image(s) has {len(ids)} tokens, more than "

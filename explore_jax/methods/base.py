@@ -38,11 +38,12 @@ actors never load jax.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt
+from explore_jax.images import IMAGE
 
 DEFAULT_SYSTEM_PROMPT = "You are an agent acting in a text environment. Reply with your next action only."
 
@@ -61,14 +62,21 @@ class ObservationPrompt:
   # a searching agent has been) at a few tokens per step, where history_steps costs a whole observation each.
   action_history: int = 0
 
-  def __call__(self, observation: str, history: list[tuple[str, str]], context: dict[str, Any],
-               info: dict[str, Any]) -> list[dict[str, str]]:
+  def __call__(self, observation: Any, history: list[tuple[Any, str]], context: dict[str, Any],
+               info: dict[str, Any]) -> Union[list[dict[str, str]], Prompt]:
     messages = [{"role": "system", "content": self.system}] if self.system else []
     for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
-      messages += [{"role": "user", "content": past_obs}, {"role": "assistant", "content": past_response}]
-    messages.append({"role": "user", "content": join_text(observation, self.actions_so_far(history),
+      messages += [{"role": "user", "content": observation_text(past_obs)},
+                   {"role": "assistant", "content": past_response}]
+    images = []
+    if isinstance(observation, dict) and SCREENSHOT in observation:  # a GUI world: the screenshot, then its text
+      images = [observation[SCREENSHOT]]
+      text = join_text(IMAGE, observation_text(observation))
+    else:
+      text = observation_text(observation)
+    messages.append({"role": "user", "content": join_text(text, self.actions_so_far(history),
                                                           self.instruction_for(context))})
-    return messages
+    return Prompt(messages, images=images) if images else messages
 
   def actions_so_far(self, history: list[tuple[str, str]]) -> str:
     """"Your last actions: a; b; c." of the last `action_history` responses (one line each, cut to 60
@@ -79,6 +87,15 @@ class ObservationPrompt:
   def instruction_for(self, context: dict[str, Any]) -> str:
     """The text after the observation; subclasses vary it with the episode's context."""
     return self.instruction
+
+
+SCREENSHOT = "screenshot"  # the image of a GUI world's Dict observation (MiniWoB-v0: {"screenshot", "text"})
+
+
+def observation_text(observation: Any) -> str:
+  """An observation's text: itself, or a Dict observation's "text" (its screenshot shown only for the current
+  step, as an image)."""
+  return str(observation.get("text", "")) if isinstance(observation, dict) else observation
 
 
 def join_text(*parts: str) -> str:

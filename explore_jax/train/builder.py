@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Optional
 
 import jax
 
@@ -22,12 +22,15 @@ from explore_jax import hf, sampling
 from explore_jax.actors.pool import ActorPool
 from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
+from explore_jax.images import ImageLayout, smart_resize
 from explore_jax.models import Model
+from explore_jax.models.config import VLConfig
+from explore_jax.models.vl import VLModel
 from explore_jax.models import lora as lora_lib
 from explore_jax.parallel import make_mesh
 from explore_jax.parallel.sharding import rules_from_config
 from explore_jax.replay import RecordSpec
-from explore_jax.train import checkpoint, warm_start
+from explore_jax.train import checkpoint, rollout, warm_start
 from explore_jax.train.evaluator import Evaluator
 from explore_jax.train.inference import InferenceServer
 from explore_jax.train.learner import Learner
@@ -52,6 +55,7 @@ class Parts:
   train_sampling: sampling.SamplingParams
   checkpointer: checkpoint.Checkpointer
   key: jax.Array
+  image_layout: Optional[ImageLayout] = None  # a vision-language policy's: how prompts lay images out
 
   @property
   def records_per_iteration(self) -> int:
@@ -74,7 +78,7 @@ class Parts:
     return ActorPool(num_actors=c.num_actors, tokenizer_dir=self.checkpoint_dir,
                      prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
                      max_prompt_tokens=self.server.prompt_len, episode_timeout_s=c.episode_timeout_s,
-                     batch_wait_s=c.get("batch_wait_s", 0.0))
+                     batch_wait_s=c.get("batch_wait_s", 0.0), image_layout=self.image_layout)
 
 
 def build(config: Any, workdir: str) -> Parts:
@@ -86,8 +90,16 @@ def build(config: Any, workdir: str) -> Parts:
   checkpoint_dir = hf.resolve(config.model.checkpoint)
   pre = hf.load_pretrained(checkpoint_dir, param_dtype=config.model.param_dtype, dtype=config.model.dtype,
                            mesh=mesh, rules=rules)
-  model = Model(pre.config.replace(remat=config.model.remat), mesh=mesh, rules=rules)
+  layout = None
+  if isinstance(pre.config, VLConfig):  # a vision-language checkpoint: prompts may carry images
+    vl_config = pre.config.replace(text=pre.config.text.replace(remat=config.model.remat))
+    model = VLModel(vl_config, mesh=mesh, rules=rules)
+    layout = ImageLayout.from_config(vl_config)
+  else:
+    model = Model(pre.config.replace(remat=config.model.remat), mesh=mesh, rules=rules)
   lora = lora_lib.from_config(config.model.get("lora"))  # None: every weight trains
+  if lora is not None and layout is not None:
+    raise ValueError("LoRA on a vision-language checkpoint is not supported yet (config.model.lora)")
   method = make_method(config)
   check_environments(config)
   tokenizer = pre.tokenizer
@@ -98,12 +110,20 @@ def build(config: Any, workdir: str) -> Parts:
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
   ctx = BuildContext(model_config=model.config, model=model, initial_params=pre.params, tokenizer=tokenizer,
                      mesh=mesh, rules=rules)
+  extras = dict(method.record_fields(ctx))
+  if layout is not None:  # records keep their prompts' images: at most rollout.max_images of the env's size
+    H, W, C = (int(v) for v in r.get("image_shape", (0, 0, 3)))
+    if not H or not W:
+      raise ValueError("a vision-language policy needs config.rollout.image_shape: the (height, width, channels) "
+                       "of the environment's images")
+    resized = smart_resize(H, W, layout.factor, layout.min_pixels, layout.max_pixels)
+    extras.update(rollout.image_record_fields(r.get("max_images", 1), (*resized, C)))
   spec = RecordSpec(prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens, pad_id=pad_id,
-                    intrinsic_names=method.intrinsic_names, extras=method.record_fields(ctx))
+                    intrinsic_names=method.intrinsic_names, extras=extras)
   server = InferenceServer(model=model, tokenizer=tokenizer, pad_id=pad_id, prompt_len=r.max_prompt_tokens,
                            response_len=r.max_new_tokens, max_steps=max_steps,
                            batch_size=r.num_actors * r.envs_per_actor, lora=lora,
-                           base_params=pre.params if lora is not None else None)
+                           base_params=pre.params if lora is not None else None, image_layout=layout)
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
   delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]
   train_sampling = sampling.make_sampling_params(method.temperatures(), delimiters, eos_ids=eos, top_p=r.top_p)
@@ -117,7 +137,7 @@ def build(config: Any, workdir: str) -> Parts:
                evaluator=Evaluator(config, server, eval_sampling, key), train_sampling=train_sampling,
                checkpointer=checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
                                                     max_to_keep=config.checkpoint.max_to_keep),
-               key=key)
+               key=key, image_layout=layout)
 
 
 def check_environments(config: Any) -> None:

@@ -61,7 +61,9 @@ def peak_tflops(override: Optional[float], devices: list[Any]) -> Optional[float
 
 
 def iteration_metrics(m: dict[str, float], model_config: Any, peak: Optional[float]) -> dict[str, float]:
-  """The throughput/ metrics of one iteration's metrics `m` (rollout timings, the learner's counts)."""
+  """The throughput/ metrics of one iteration's metrics `m` (rollout timings, the learner's counts); a
+  vision-language model's FLOPs are its language model's (the tower's are left out)."""
+  model_config = getattr(model_config, "text", model_config)
   out: dict[str, float] = {}
   if m.get("sample_tokens_per_s") is not None:
     out["throughput/sampler_tokens_per_s"] = float(m["sample_tokens_per_s"])

@@ -66,7 +66,7 @@ def test_a_prompt_lays_each_image_out_as_the_processor_does(tokenizer):
   with pytest.raises(ValueError, match="2 image tokens for 1 images"):
     tokenizer.encode(messages, (a,))
   small = PromptTokenizer(tokenizer.tokenizer, max_prompt_tokens=12, image_layout=LAYOUT)
-  with pytest.raises(ValueError, match="an image cannot be cut"):
+  with pytest.raises(ValueError, match="max_prompt_tokens=12: an image cannot be cut"):
     small.encode(messages, (a, b))
   plain = PromptTokenizer(tokenizer.tokenizer, max_prompt_tokens=200)
   with pytest.raises(ValueError, match="not a vision-language model"):
