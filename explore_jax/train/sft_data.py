@@ -15,6 +15,7 @@ import gymnasium
 import numpy as np
 
 from explore_jax.actors.actor import PromptTokenizer
+from explore_jax.actors.protocol import Prompt
 from explore_jax.envs import oracle_demonstrations
 
 
@@ -58,7 +59,14 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
   for d in oracle_demonstrations(env, seeds):
     history: list[tuple[str, str]] = []
     for obs, action in zip(d.observations, d.actions):
-      demos.append({"messages": prompt_hook(obs, list(history), {}, {}), "response": action})
+      messages = prompt_hook(obs, list(history), {}, {})
+      if isinstance(messages, Prompt):
+        if messages.images:
+          env.close()
+          raise ValueError(f"{env_id}: the SFT warm start does not take image prompts yet (the oracle's "
+                           f"prompts show screenshots); set config.sft.enabled=False")
+        messages = messages.messages
+      demos.append({"messages": messages, "response": action})
       history.append((obs, action))
   env.close()
   return demos

@@ -26,3 +26,13 @@ def test_grpo_miniwob_trains_an_iteration_on_screenshots(tmp_path):
   # update trained on their records, images included.
   assert row["episodes_dropped"] == 0 and row["episode_length"] == 3.0
   assert row["update/minibatches"] >= 1 and row["update/tokens"] > 2 * 3 * 48
+
+
+def test_an_sft_warm_start_on_screenshots_is_refused_clearly():
+  from configs import grpo_miniwob
+  from explore_jax.methods import make_method
+  from explore_jax.train import sft_data
+
+  c = grpo_miniwob.get_config()
+  with pytest.raises(ValueError, match="does not take image prompts yet"):
+    sft_data.oracle_sft_demos(c.env.id, {**c.env.kwargs, "task": "click-test"}, [0], make_method(c).prompt_hook())
