@@ -84,10 +84,14 @@ class ImageLayout:
       raise ValueError(f"an image must be uint8 [H, W, {self.in_channels}], got {image.dtype} {list(image.shape)}")
     return image
 
+  def target_size(self, height: int, width: int) -> tuple[int, int]:
+    """(height, width) an image of this size is resized to (the processor's smart_resize rule)."""
+    return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+
   def resize(self, image: np.ndarray) -> np.ndarray:
     """The image at its target size (unchanged when it already has it), uint8 [H', W', C]."""
     image = self.check(image)
-    h, w = smart_resize(image.shape[0], image.shape[1], self.factor, self.min_pixels, self.max_pixels)
+    h, w = self.target_size(image.shape[0], image.shape[1])
     if (h, w) == image.shape[:2]:
       return image
     from PIL import Image

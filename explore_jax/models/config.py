@@ -221,6 +221,11 @@ class VLConfig:
 
 
 _QWEN25_VL_TOKENS = dict(image_token_id=151_655, vision_start_token_id=151_652, vision_end_token_id=151_653)
+def language_config(config: Any) -> ModelConfig:
+  """The language model's config of a ModelConfig (itself) or a VLConfig (its `text`)."""
+  return config.text if isinstance(config, VLConfig) else config
+
+
 VL_PRESETS: dict[str, VLConfig] = {
     # Small enough to train on 2 CPU cores: the tiny model's shape as a Qwen2.5-VL language model, a 4-block
     # vision tower with real patch geometry (so real image processors apply), and three vision tokens after

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_jax.models import KVCache, Model, positions_from_mask
+from explore_jax.models.config import language_config
 from explore_jax.parallel import sharding
 from explore_jax.sampling import schedule
 from explore_jax.sampling.schedule import SamplingParams
@@ -262,7 +263,7 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
   def cond(s: _Loop) -> jax.Array:
     return (s.step < N) & ~jnp.all(s.finished)
 
-  E = getattr(model.config, "text", model.config).hidden_size
+  E = language_config(model.config).hidden_size
   init = _Loop(
       step=jnp.zeros((), jnp.int32), next_input=prompt[:, -1], cache=cache,
       tokens=jnp.full((B, N), pad_id, jnp.int32), logprobs=jnp.zeros((B, N), jnp.float32),

@@ -22,7 +22,7 @@ from explore_jax import hf, sampling
 from explore_jax.actors.pool import ActorPool
 from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
-from explore_jax.images import ImageLayout, smart_resize
+from explore_jax.images import ImageLayout
 from explore_jax.models import Model
 from explore_jax.models.config import VLConfig
 from explore_jax.models.vl import VLModel
@@ -116,7 +116,7 @@ def build(config: Any, workdir: str) -> Parts:
     if not H or not W:
       raise ValueError("a vision-language policy needs config.rollout.image_shape: the (height, width, channels) "
                        "of the environment's images")
-    resized = smart_resize(H, W, layout.factor, layout.min_pixels, layout.max_pixels)
+    resized = layout.target_size(H, W)
     extras.update(rollout.image_record_fields(r.get("max_images", 1), (*resized, C)))
   spec = RecordSpec(prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens, pad_id=pad_id,
                     intrinsic_names=method.intrinsic_names, extras=extras)

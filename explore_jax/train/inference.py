@@ -35,6 +35,7 @@ from explore_jax.actors.protocol import PromptRequest, Response
 from explore_jax.images import ImageLayout
 from explore_jax.models import Model
 from explore_jax.models import lora as lora_lib
+from explore_jax.models.config import language_config
 from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 
@@ -128,7 +129,7 @@ class InferenceServer:
     out: list[list[np.ndarray]] = [[] for _ in requests]
     for (i, _), v in zip(texts, vectors):
       out[i].append(v)
-    dim = getattr(self.model.config, "text", self.model.config).hidden_size
+    dim = language_config(self.model.config).hidden_size
     return [np.stack(v).astype(np.float32) if v else np.zeros((0, dim), np.float32) for v in out]
 
   def _chunks(self, items: list, length: Callable[[Any], int]) -> list[tuple[int, list]]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from explore_jax.models.config import language_config
+
 # Dense bf16 TFLOP/s per device, from the vendors' data sheets (TPUs: per chip; GPUs: SXM parts without sparsity).
 PEAK_TFLOPS = (
     ("TPU v6", 918.0),       # v6e (Trillium)
@@ -63,7 +65,7 @@ def peak_tflops(override: Optional[float], devices: list[Any]) -> Optional[float
 def iteration_metrics(m: dict[str, float], model_config: Any, peak: Optional[float]) -> dict[str, float]:
   """The throughput/ metrics of one iteration's metrics `m` (rollout timings, the learner's counts); a
   vision-language model's FLOPs are its language model's (the tower's are left out)."""
-  model_config = getattr(model_config, "text", model_config)
+  model_config = language_config(model_config)
   out: dict[str, float] = {}
   if m.get("sample_tokens_per_s") is not None:
     out["throughput/sampler_tokens_per_s"] = float(m["sample_tokens_per_s"])
