@@ -5,8 +5,10 @@ utterance in, a ScreenExplorer action (`Click(x, y)`, ...) out.
   python launch/train.py --config=configs/grpo_miniwob.py:paper --config.model.checkpoint=/path/to/Qwen2.5-VL-3B-Instruct
 
   tiny   (default) the built-in `tiny-vl` policy (random weights) on four click tasks, 2 actors x 2 browsers,
-         3 steps per episode, RL from the random policy (no warm start yet: an SFT warm start from the tasks'
-         DOM oracle needs image demonstrations in the SFT path, which is the next step).
+         3 steps per episode, RL from an SFT warm start on the tasks' own solutions: MiniWoB-v0's DOM oracle
+         reads the target element's rectangle from the page and clicks its centre (envs/miniwob.py), one
+         demonstration per step of its episodes on train-split seeds that RL never draws (sft.oracle_seed_offset),
+         each with the screenshot the policy sees.
   paper  a local Qwen2.5-VL-3B-Instruct directory (ScreenExplorer's policy size), bfloat16, 8 task groups of 8,
          10 steps, lr 1e-6.
 
@@ -56,7 +58,10 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.optimizer.learning_rate = 1e-4
   c.train.num_iterations = 20
   c.checkpoint.every = 5
-  c.sft.enabled = False
+  c.sft.enabled = True
+  c.sft.oracle_episodes = 128                    # 32 per task, one click each
+  c.sft.steps = 200
+  c.sft.batch_size = 16
 
   if variant == "paper":
     c.model.checkpoint = ml_collections.config_dict.placeholder(str)  # a local Qwen2.5-VL-3B-Instruct
@@ -72,4 +77,5 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     c.rollout.max_new_tokens = 128
     c.optimizer.learning_rate = 1e-6
     c.train.num_iterations = 200
+    c.sft.enabled = False                        # the instruct model acts zero-shot, as in ScreenExplorer
   return c

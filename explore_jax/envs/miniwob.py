@@ -66,12 +66,10 @@ The environment (a TextEnv: grammar, invalid actions, info keys and step limit a
   action at its centre, for the tasks in `ORACLE_TASKS` (click-test, click-test-2, click-button,
   click-link, click-dialog, focus-text, click-button-sequence: two clicks, enter-text: Text then Click);
   other tasks raise.
-- Images in the actor runtime (not carried yet): an ActorPool steps this environment today (benchmarks/envs.py
-  does), but the prompt hook receives the Dict and StepRecord.observation holds it pickled, so no policy sees
-  the pixels and no record has a place for them. The plan: the prompt hook puts observation["text"] in the
-  messages and the screenshot as an image part of the last user message (the chat template's image
-  placeholder, consumed by the policy's vision encoder); step records keep the text as the raw observation
-  and the screenshot, or its content hash into a per-iteration image store, in a field of their own.
+- Images in the runtime: the plain prompt hook (methods/base.py) puts observation["text"] in the messages
+  and the screenshot in `Prompt.images`; actors lay it out as the policy's image tokens, records keep it
+  (rollout.image_record_fields), and the SFT warm start takes the oracle's steps with their screenshots
+  (train/sft_data.py).
 
 Nothing here imports jax; `explore_jax.envs` does not import this module (nor selenium) until a MiniWoB
 environment is made.

@@ -117,7 +117,7 @@ class BuildContext:
 @dataclasses.dataclass(frozen=True)
 class SFTRequest:
   """SFT on the policy's own parameters: `steps` optimizer steps of next-token loss on `demonstrations`
-  ({"messages": [...], "response": "..."} each, as in train/sft_data.py), batches of `batch_size` drawn
+  ({"messages": [...], "response": "..."} each, with "images" for image prompts, as in train/sft_data.py), batches of `batch_size` drawn
   with `seed`, under a fresh AdamW at `learning_rate` (the RL optimizer's moments are kept)."""
   demonstrations: tuple[dict[str, Any], ...]
   steps: int

@@ -71,7 +71,8 @@ class Parts:
     return warm_start.warm_start_params(
         self.config, self.model, self.learner.initial_params, self.learner.shardings.params, self.tokenizer,
         self.method.prompt_hook(), checkpoint_dir=self.checkpoint_dir, prompt_len=self.server.prompt_len,
-        response_len=self.server.response_len, log=log, lora=self.learner.lora, base=self.learner.base_params)
+        response_len=self.server.response_len, log=log, lora=self.learner.lora, base=self.learner.base_params,
+        image_layout=self.image_layout)
 
   def make_pool(self) -> ActorPool:
     c = self.config.rollout

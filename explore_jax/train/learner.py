@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from explore_jax.images import ImageLayout
 from explore_jax.methods import Method
 from explore_jax.methods.base import BuildContext, SFTRequest
 from explore_jax.models import Model
@@ -237,17 +238,23 @@ class Learner:
 
 def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, prompt_len: int, response_len: int,
              *, progress: Optional[Callable[[int, float], None]] = None, lora: Optional[lora_lib.LoraConfig] = None,
-             base: Any = None) -> tuple[Any, list[float]]:
+             base: Any = None, image_layout: Optional[ImageLayout] = None) -> tuple[Any, list[float]]:
   """`request.steps` next-token steps on its demonstrations from `params` under a fresh AdamW; returns the
   new params and the per-step losses. `progress(step, loss)` is called after each step. With `lora`,
-  `params` (and the result) are adapters on the frozen `base`."""
+  `params` (and the result) are adapters on the frozen `base`. Demonstrations with images (a
+  vision-language policy) are laid out by `image_layout`, by default the model's own."""
   if not request.demonstrations:
     raise ValueError(f"SFT request {request.label!r} has no demonstrations")
   demos = list(request.demonstrations)
-  arrays = sft_data.tokenize_demos(tokenizer, demos, prompt_len, response_len)
+  if image_layout is None and hasattr(model.config, "vision"):
+    image_layout = ImageLayout.from_config(model.config)
+  arrays = sft_data.tokenize_demos(tokenizer, demos, prompt_len, response_len, image_layout)
   # Columns that are padding in every row cost compute and change nothing: drop them (in steps of 16).
   first = int(np.argmax(arrays["attention_mask"].any(0))) // 16 * 16
-  arrays = {k: v[:, first:] for k, v in arrays.items()}
+  arrays.update({k: arrays[k][:, first:] for k in ("tokens", "attention_mask", "loss_mask")})
+  if "images" in arrays:  # and the multimodal positions of what is left
+    arrays.update(sft.image_fields(model.config, arrays["tokens"], arrays["attention_mask"], arrays["images"],
+                                   arrays["image_count"]))
   opt = state_lib.make_optimizer(request.learning_rate, max_grad_norm=1.0)
   sh = state_lib.state_shardings(model, opt, model.mesh, model.rules, lora)
   st = state_lib.create_train_state(params, opt, sh)

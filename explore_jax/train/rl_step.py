@@ -17,11 +17,11 @@ import numpy as np
 import optax
 
 from explore_jax.models import lora as lora_lib
-from explore_jax.models import vl as vl_lib
 from explore_jax.models.transformer import Model
 from explore_jax.rl.losses import PolicyLossConfig, policy_loss
 from explore_jax.sampling import response_logprobs
 from explore_jax.train import sft
+from explore_jax.train.sft import image_inputs
 from explore_jax.train.state import TrainState
 
 Batch = dict[str, jax.Array]
@@ -47,28 +47,12 @@ def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConf
   return loss, metrics
 
 
-def image_inputs(model: Any, params: Any, batch: Batch) -> dict[str, jax.Array]:
-  """response_logprobs' image arguments for a batch whose records keep their prompts' images: "images" uint8
-  [B, K, H, W, C] (the first "image_count" [B] of each row real), "positions" [B, P + R, 3]; {} otherwise."""
-  if "images" not in batch:
-    return {}
-  images = batch["images"]
-  B, K = images.shape[:2]
-  valid = jnp.arange(K)[None, :] < batch["image_count"][:, None]
-  features = model.image_features(params, images.reshape((B * K,) + images.shape[2:]), valid.reshape(-1))
-  return {"image_features": features, "positions": batch["positions"]}
-
-
 def image_batch_fields(config: Any, prompt: np.ndarray, prompt_mask: np.ndarray, response: np.ndarray,
                        response_mask: np.ndarray, images: np.ndarray, image_count: np.ndarray) -> Batch:
   """What a batch of image records adds for `image_inputs` (host side): the images, their count, and the
-  multimodal RoPE positions [B, P + R, 3] of prompt and response (a VLConfig `config`; every image of the
-  records has the records' one size)."""
-  grid = (1, images.shape[2] // config.vision.patch_size, images.shape[3] // config.vision.patch_size)
-  grids = np.array([grid] * int(np.sum(image_count)), np.int64).reshape(-1, 3)
-  positions, _ = vl_lib.mrope_positions(np.concatenate([prompt, response], 1),
-                                        np.concatenate([prompt_mask, response_mask], 1), grids, config)
-  return {"images": images, "image_count": np.asarray(image_count, np.int32), "positions": positions}
+  multimodal RoPE positions [B, P + R, 3] of prompt and response (sft.image_fields)."""
+  return sft.image_fields(config, np.concatenate([prompt, response], 1),
+                          np.concatenate([prompt_mask, response_mask], 1), images, image_count)
 
 
 def make_reference_logprobs(model: Model) -> Callable[[Any, Batch], jax.Array]:

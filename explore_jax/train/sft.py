@@ -7,14 +7,17 @@ poisoning the parameters.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from explore_jax.models import lora as lora_lib
+from explore_jax.models import vl as vl_lib
 from explore_jax.models.transformer import Model
 from explore_jax.parallel import sharding
 from explore_jax.train.state import TrainState, apply_if_finite
@@ -26,14 +29,17 @@ def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array,
   """Mean over masked targets of -log p(tokens[t+1] | tokens[<=t]).
 
   batch: tokens [B, T] int; loss_mask [B, T] marks the tokens that are *targets* (e.g. the response);
-  optional attention_mask [B, T] (default: all real) and positions [B, T] (default: from the mask).
+  optional attention_mask [B, T] (default: all real) and positions [B, T] (default: from the mask). A
+  vision-language policy's image prompts add images, image_count and positions [B, T, 3] (image_fields).
   """
   tokens = batch["tokens"]
   mask = batch.get("attention_mask", jnp.ones_like(tokens, bool)).astype(bool)
   positions = batch.get("positions")
   if positions is None:
     positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
-  logits = model.apply(params, tokens, positions, attention_mask=mask).logits[:, :-1]
+  features = batch_image_features(model, params, batch)
+  images = {} if features is None else {"image_features": features}
+  logits = model.apply(params, tokens, positions, attention_mask=mask, **images).logits[:, :-1]
   targets = tokens[:, 1:]
   weights = (batch["loss_mask"][:, 1:] & mask[:, 1:]).astype(jnp.float32)
   logp = jax.nn.log_softmax(logits, axis=-1)
@@ -42,6 +48,36 @@ def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array,
   loss = jnp.sum(nll * weights) / jnp.maximum(n, 1.0)
   acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / jnp.maximum(n, 1.0)
   return loss, {"loss": loss, "token_accuracy": acc, "target_tokens": n}
+
+
+def image_fields(config: Any, tokens: np.ndarray, mask: np.ndarray, images: np.ndarray,
+                 image_count: np.ndarray) -> Batch:
+  """What a batch of image prompts adds for `image_inputs` (host side, numpy): the images uint8
+  [B, K, H, W, C] (the first image_count [B] of each row real, all of one size, already at the model's
+  size), their count, and the multimodal RoPE positions [B, T, 3] of `tokens` [B, T] under `mask` (a
+  VLConfig `config`)."""
+  grid = (1, images.shape[2] // config.vision.patch_size, images.shape[3] // config.vision.patch_size)
+  grids = np.array([grid] * int(np.sum(image_count)), np.int64).reshape(-1, 3)
+  positions, _ = vl_lib.mrope_positions(tokens, mask, grids, config)
+  return {"images": images, "image_count": np.asarray(image_count, np.int32), "positions": positions}
+
+
+def batch_image_features(model: Any, params: Any, batch: Batch) -> Optional[jax.Array]:
+  """The merged features of a batch's prompt images (image_fields), each image through the vision tower on
+  its own, in the order the prompts hold them; None for a batch without images."""
+  if "images" not in batch:
+    return None
+  images = batch["images"]
+  B, K = images.shape[:2]
+  valid = jnp.arange(K)[None, :] < batch["image_count"][:, None]
+  return model.image_features(params, images.reshape((B * K,) + images.shape[2:]), valid.reshape(-1))
+
+
+def image_inputs(model: Any, params: Any, batch: Batch) -> dict[str, jax.Array]:
+  """sampling.response_logprobs' image arguments for a batch that keeps its prompts' images: their
+  features and the batch's multimodal positions; {} for a batch without images."""
+  features = batch_image_features(model, params, batch)
+  return {} if features is None else {"image_features": features, "positions": batch["positions"]}
 
 
 def make_train_step(model: Model, optimizer: optax.GradientTransformation,
@@ -87,8 +123,26 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     in_shardings = (state_shardings, batch_spec)
     if lora is not None:
       in_shardings += (jax.tree.map(lambda x: x.sharding, base),)
-    jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=(state_shardings, replicated),
-                     donate_argnums=0)
+    jitted = _check_rows(jax.jit(step, in_shardings=in_shardings, out_shardings=(state_shardings, replicated),
+                                 donate_argnums=0), batch_spec)
   if lora is None:
     return jitted
   return lambda state, batch: jitted(state, batch, base)
+
+
+def _check_rows(step: Callable, batch_sharding: NamedSharding) -> Callable:
+  """`step` that first checks that the batch's rows split evenly over the mesh axes of its leading axis, so
+  that a batch size that does not fit the mesh is a clear error instead of XLA's."""
+  axes = batch_sharding.spec[0] if len(batch_sharding.spec) else None
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+  shards = math.prod(batch_sharding.mesh.shape[a] for a in axes)
+
+  def checked(state, batch, *rest):
+    rows = jax.tree.leaves(batch)[0].shape[0]
+    if rows % shards:
+      raise ValueError(f"a batch of {rows} rows cannot be split over the {shards} devices of the mesh's "
+                       f"{' x '.join(axes)} axes: use a batch size that is a multiple of {shards} "
+                       f"(config.sft.batch_size, config.rl.minibatch_size)")
+    return step(state, batch, *rest)
+
+  return checked

@@ -3,13 +3,17 @@
 A demonstration line is `{"messages": [{"role": ..., "content": ...}, ...], "response": "..."}`: the chat
 the model sees and the reply it should give. Prompts are tokenised by the actors' own `PromptTokenizer`,
 so a warm-started policy sees at training time exactly what it will see when acting.
+
+A vision-language policy's demonstrations add `"images"`: the prompt's images in the order its
+`images.IMAGE` markers name them. In memory they are uint8 arrays [H, W, C]; in a JSONL file they are PNG
+paths relative to the file (write_demonstrations writes them into `<file>.images/`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import gymnasium
 import numpy as np
@@ -17,6 +21,7 @@ import numpy as np
 from explore_jax.actors.actor import PromptTokenizer
 from explore_jax.actors.protocol import Prompt
 from explore_jax.envs import oracle_demonstrations
+from explore_jax.images import ImageLayout
 
 
 def load_demonstrations(path: str) -> list[dict[str, Any]]:
@@ -34,16 +39,39 @@ def load_demonstrations(path: str) -> list[dict[str, Any]]:
         raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
       if not isinstance(d, dict) or not isinstance(d.get("messages"), list) or not isinstance(d.get("response"), str):
         raise ValueError(f"{path}:{n}: expected {{\"messages\": [...], \"response\": \"...\"}}")
+      if "images" in d:
+        d["images"] = [_read_image(os.path.join(os.path.dirname(os.path.abspath(path)), p), f"{path}:{n}")
+                       for p in d["images"]]
       out.append(d)
   return out
 
 
+def _read_image(path: str, where: str) -> np.ndarray:
+  from PIL import Image
+
+  if not isinstance(path, str) or not os.path.exists(path):
+    raise ValueError(f"{where}: no image file {path}")
+  with Image.open(path) as image:
+    return np.asarray(image.convert("RGB"))
+
+
 def write_demonstrations(path: str, demos: Iterable[dict[str, Any]]) -> int:
-  """Writes demonstrations as JSONL (atomically); returns how many."""
+  """Writes demonstrations as JSONL (atomically; images as PNG files in `<path>.images/`); returns how many."""
+  from PIL import Image
+
   tmp = f"{path}.tmp"
+  image_dir = f"{path}.images"
   n = 0
   with open(tmp, "w") as f:
     for d in demos:
+      if d.get("images"):
+        os.makedirs(image_dir, exist_ok=True)
+        names = []
+        for k, image in enumerate(d["images"]):
+          names.append(os.path.join(os.path.basename(image_dir), f"{n:06d}_{k}.png"))
+          Image.fromarray(np.asarray(image, np.uint8)).save(os.path.join(os.path.dirname(os.path.abspath(path)),
+                                                                         names[-1]))
+        d = {**d, "images": names}
       f.write(json.dumps(d) + "\n")
       n += 1
   os.replace(tmp, path)
@@ -59,32 +87,33 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
   for d in oracle_demonstrations(env, seeds):
     history: list[tuple[str, str]] = []
     for obs, action in zip(d.observations, d.actions):
-      messages = prompt_hook(obs, list(history), {}, {})
-      if isinstance(messages, Prompt):
-        if messages.images:
-          env.close()
-          raise ValueError(f"{env_id}: the SFT warm start does not take image prompts yet (the oracle's "
-                           f"prompts show screenshots); set config.sft.enabled=False")
-        messages = messages.messages
-      demos.append({"messages": messages, "response": action})
+      prompt = prompt_hook(obs, list(history), {}, {})
+      messages, images = (prompt.messages, prompt.images) if isinstance(prompt, Prompt) else (prompt, ())
+      demos.append({"messages": messages, "response": action,
+                    **({"images": [np.asarray(image) for image in images]} if images else {})})
       history.append((obs, action))
   env.close()
   return demos
 
 
-def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: int,
-                   response_len: int) -> dict[str, np.ndarray]:
+def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: int, response_len: int,
+                   image_layout: Optional[ImageLayout] = None) -> dict[str, np.ndarray]:
   """Token arrays for the next-token step: [prompt | response + EOS], prompt left-padded to
-  `prompt_len` (longer prompts keep their end, as actors truncate), loss on the response only."""
+  `prompt_len` (longer prompts keep their end, as actors truncate), loss on the response only.
+
+  Demonstrations with images need the policy's `image_layout`: their images are resized and laid out as
+  the actors do, and the arrays add "images" uint8 [N, K, H, W, C] (K the most any prompt holds, all of
+  one size after resizing; the first "image_count" [N] of each row real)."""
   eos = tokenizer.eos_token_id
   pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-  encoder = PromptTokenizer(tokenizer, prompt_len)
+  encoder = PromptTokenizer(tokenizer, prompt_len, image_layout)
   n, width = len(demos), prompt_len + response_len
   tokens = np.full((n, width), pad, np.int32)
   attention = np.zeros((n, width), bool)
   loss = np.zeros((n, width), bool)
+  images = [encoder.resize(d.get("images", ())) for d in demos]
   for i, d in enumerate(demos):
-    prompt, _ = encoder.encode(d["messages"])
+    prompt, _ = encoder.encode(d["messages"], images[i])
     response = tokenizer(d["response"], add_special_tokens=False)["input_ids"] + [eos]
     if len(response) > response_len:
       raise ValueError(f"demonstration {i}: response of {len(response)} tokens exceeds response_len={response_len}")
@@ -93,4 +122,20 @@ def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: 
     tokens[i, prompt_len:prompt_len + len(response)] = response
     attention[i, start:prompt_len + len(response)] = True
     loss[i, prompt_len:prompt_len + len(response)] = True
-  return {"tokens": tokens, "attention_mask": attention, "loss_mask": loss}
+  arrays = {"tokens": tokens, "attention_mask": attention, "loss_mask": loss}
+  if any(images):
+    arrays.update(_stack_images(images))
+  return arrays
+
+
+def _stack_images(images: list[tuple[np.ndarray, ...]]) -> dict[str, np.ndarray]:
+  shapes = {image.shape for row in images for image in row}
+  if len(shapes) > 1:
+    raise ValueError(f"the demonstrations' images have {len(shapes)} sizes after resizing ({sorted(shapes)}); "
+                     f"one batch holds images of one size")
+  K, shape = max(len(row) for row in images), shapes.pop()
+  stacked = np.zeros((len(images), K, *shape), np.uint8)
+  for i, row in enumerate(images):
+    for k, image in enumerate(row):
+      stacked[i, k] = image
+  return {"images": stacked, "image_count": np.array([len(row) for row in images], np.int32)}

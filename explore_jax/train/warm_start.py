@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import jax
 
 from explore_jax import hf
+from explore_jax.images import ImageLayout
 from explore_jax.methods.base import SFTRequest
 from explore_jax.models import lora as lora_lib
 from explore_jax.train import checkpoint, sft_data
@@ -52,9 +53,10 @@ def request(config: Any, prompt_hook: Callable) -> SFTRequest:
 def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: Any, tokenizer: Any,
                       prompt_hook: Callable, *, checkpoint_dir: str, prompt_len: int, response_len: int,
                       log: Callable[[str], None] = print, lora: Optional[lora_lib.LoraConfig] = None,
-                      base: Any = None) -> Any:
+                      base: Any = None, image_layout: Optional[ImageLayout] = None) -> Any:
   """The policy's parameters after the warm start (the initial ones when config.sft is off). With `lora`
-  they are adapters on the frozen `base`, and the warm start trains only them."""
+  they are adapters on the frozen `base`, and the warm start trains only them. A vision-language policy's
+  image demonstrations are laid out by its `image_layout`, as its actors lay out prompts."""
   if not config.sft.enabled:
     return initial_params
   from tqdm import tqdm
@@ -74,7 +76,7 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
         bar.set_postfix(loss=f"{loss:.3f}")
 
       params, losses = finetune(model, initial_params, req, tokenizer, prompt_len, response_len, progress=progress,
-                                lora=lora, base=base)
+                                lora=lora, base=base, image_layout=image_layout)
     log(f"[sft] {req.steps} steps on {len(req.demonstrations)} demonstrations: loss {losses[0]:.3f} -> "
         f"{sum(losses[-10:]) / len(losses[-10:]):.3f} ({time.time() - t0:.0f}s); cached in {cache}")
     ck.save(0, params, metadata={"losses": losses[-10:], "demonstrations": len(req.demonstrations)})

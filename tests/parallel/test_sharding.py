@@ -98,6 +98,9 @@ def test_sharded_train_step_reduces_loss(reference, shape):
     losses.append(float(metrics["loss"]))
   assert losses[-1] < losses[0] - 0.5, losses
   assert int(state.step) == 8 and state.params["layers"]["q"].sharding == shardings.params["layers"]["q"]
+  # A batch whose rows do not split over the mesh's batch axes (data x fsdp) is refused by name, not by XLA.
+  with pytest.raises(ValueError, match=f"a batch of 9 rows cannot be split over the {shape[0] * shape[1]} devices"):
+    step(state, {k: jnp.concatenate([v, v[:1]]) for k, v in batch.items()})
 
 
 def test_non_finite_update_is_skipped(reference):

@@ -43,6 +43,48 @@ def test_oracle_demos_follow_the_oracle_and_round_trip(tmp_path):
   assert sft_data.load_demonstrations(path) == demos
 
 
+def test_image_demonstrations_round_trip_and_lay_out_as_the_actors_do(tmp_path):
+  from explore_jax.actors.actor import PromptTokenizer
+  from explore_jax.images import IMAGE, ImageLayout
+  from explore_jax.models.config import VL_PRESETS
+
+  layout = ImageLayout.from_config(VL_PRESETS["tiny-vl"])
+  vl_tokenizer = hf.tiny_vl_tokenizer()
+  rng = np.random.default_rng(0)
+  shots = [rng.integers(0, 256, (50, 60, 3), dtype=np.uint8) for _ in range(2)]
+  demos = [{"messages": [{"role": "user", "content": f"{IMAGE} Click the button."}], "response": "Click(3, 4)",
+            "images": [shots[0]]},
+           {"messages": [{"role": "user", "content": "No image here."}], "response": "Key(\"Enter\")"},
+           {"messages": [{"role": "user", "content": f"{IMAGE} Type."}], "response": "Click(5, 6)",
+            "images": [shots[1]]}]
+  path = str(tmp_path / "demos.jsonl")
+  assert sft_data.write_demonstrations(path, demos) == 3
+  loaded = sft_data.load_demonstrations(path)  # images as PNG files beside the JSONL, lossless
+  assert [d["messages"] for d in loaded] == [d["messages"] for d in demos] and "images" not in loaded[1]
+  np.testing.assert_array_equal(loaded[0]["images"][0], shots[0])
+  np.testing.assert_array_equal(loaded[2]["images"][0], shots[1])
+
+  arrays = sft_data.tokenize_demos(vl_tokenizer, loaded, prompt_len=96, response_len=12, image_layout=layout)
+  resized = [layout.resize(s) for s in shots]
+  assert arrays["images"].shape == (3, 1, *resized[0].shape) and arrays["image_count"].tolist() == [1, 0, 1]
+  np.testing.assert_array_equal(arrays["images"][0, 0], resized[0])
+  assert not arrays["images"][1].any()
+  # The prompt is the actors' own layout of the same messages and images.
+  actors = PromptTokenizer(vl_tokenizer, 96, layout)
+  prompt, _ = actors.encode(loaded[0]["messages"], (resized[0],))
+  assert arrays["tokens"][0, 96 - len(prompt):96].tolist() == prompt
+  assert prompt.count(layout.pad_id) == layout.num_tokens(resized[0])
+  with pytest.raises(ValueError, match="not a vision-language model"):
+    sft_data.tokenize_demos(vl_tokenizer, loaded, prompt_len=96, response_len=12)
+  other = {**loaded[2], "images": [np.zeros((200, 60, 3), np.uint8)]}
+  with pytest.raises(ValueError, match="2 sizes after resizing"):
+    sft_data.tokenize_demos(vl_tokenizer, [loaded[0], other], prompt_len=160, response_len=12, image_layout=layout)
+  path_missing = tmp_path / "missing.jsonl"
+  path_missing.write_text(json.dumps({**demos[1], "images": ["nowhere.png"]}) + "\n")
+  with pytest.raises(ValueError, match=r"missing.jsonl:1: no image file"):
+    sft_data.load_demonstrations(str(path_missing))
+
+
 def test_bad_demonstrations_file_names_the_line(tmp_path):
   path = tmp_path / "bad.jsonl"
   path.write_text(json.dumps({"messages": [], "response": "x"}) + "\n{oops\n")

@@ -112,3 +112,43 @@ def test_records_refuse_images_they_cannot_keep():
     rollout.to_records(spec, _NoFields(), result([image, image]), max_steps=1, pad_to=1)
   with pytest.raises(ValueError, match="the records keep none"):
     rollout.to_records(plain, _NoFields(), result([image]), max_steps=1, pad_to=1)
+
+
+def test_an_sft_warm_start_learns_from_the_screenshot():
+  """Image demonstrations through the SFT path (sft_data.tokenize_demos, learner.finetune): two prompts with
+  the same text and different screenshots, each with its own answer. After the warm start each answer is
+  the more likely one under its own screenshot, which only the image can tell apart."""
+  from explore_jax import hf
+  from explore_jax.images import IMAGE
+  from explore_jax.methods.base import SFTRequest
+  from explore_jax.models.config import VL_PRESETS
+  from explore_jax.train import learner as learner_lib, sft, sft_data
+
+  from explore_jax.parallel import make_mesh, sharding
+
+  config = VL_PRESETS["tiny-vl"]
+  model = vl_lib.VLModel(config, mesh=make_mesh((2, 1, 4), ("data", "fsdp", "tensor")),
+                         rules=sharding.DEFAULT_RULES)
+  params = jax.jit(model.init)(jax.random.key(0))
+  tokenizer = hf.tiny_vl_tokenizer()
+  left, right = np.zeros((56, 56, 3), np.uint8), np.zeros((56, 56, 3), np.uint8)
+  left[:, :28], right[:, 28:] = 255, 255
+  messages = [{"role": "user", "content": f"{IMAGE} Click the white half."}]
+  demos = [{"messages": messages, "response": "Click(14, 28)", "images": [left]},
+           {"messages": messages, "response": "Click(42, 28)", "images": [right]}]
+  swapped = [{**demos[0], "images": [right]}, {**demos[1], "images": [left]}]
+
+  def losses(p, ds):
+    arrays = sft_data.tokenize_demos(tokenizer, ds, 48, 12, ImageLayout.from_config(config))
+    arrays.update(sft.image_fields(config, arrays["tokens"], arrays["attention_mask"], arrays["images"],
+                                   arrays["image_count"]))
+    return [float(sft.next_token_loss(model, p, {k: v[i:i + 1] for k, v in arrays.items()})[0]) for i in range(2)]
+
+  before, before_swapped = losses(params, demos), losses(params, swapped)
+  assert max(abs(a - b) for a, b in zip(before, before_swapped)) < 0.05  # untrained: the image barely matters
+  request = SFTRequest(demonstrations=tuple(demos), steps=100, batch_size=2, learning_rate=3e-3)
+  trained, history = learner_lib.finetune(model, params, request, tokenizer, 48, 12)
+  assert history[-1] < history[0]
+  after, after_swapped = losses(trained, demos), losses(trained, swapped)
+  # Each answer is likelier under its own screenshot than under the other one.
+  assert all(a + 0.5 < b for a, b in zip(after, after_swapped)), (after, after_swapped)
