@@ -8,7 +8,8 @@
       --config.model.checkpoint=/path/to/Qwen3-4B-Instruct --config.env.kwargs.dataset=/path/to/train.jsonl ...
 
 Samples use the config's evaluation temperature, no method context (no reflection), n = --samples per
-task, on the held-in training tasks and the held-out tasks. Writes summary.md, summary.json and
+task, on the held-in training tasks and the held-out tasks. --transcripts=N also writes N episodes of every
+task, step by step, to transcripts-<split>.jsonl: how a policy fails, not only how often. Writes summary.md, summary.json and
 pass_at_k.png to --output (default: <run>/eval-<step>, or runs/eval-<config>-<policy>).
 """
 
@@ -30,6 +31,8 @@ _POLICY = flags.DEFINE_enum("policy", None, ["base", "warm_start"],
 _SAMPLES = flags.DEFINE_integer("samples", None, "Samples per task (default: config.eval.passk_samples).")
 _SPLITS = flags.DEFINE_list("splits", ["train", "held-out"], "Task sets: train and/or held-out.")
 _OUTPUT = flags.DEFINE_string("output", None, "Where summary.md, summary.json and pass_at_k.png go.")
+_TRANSCRIPTS = flags.DEFINE_integer("transcripts", 0, "Episodes per task written to transcripts-<split>.jsonl in "
+                                    "--output (observation, reply, rewards, feedback per step); 0: none.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -69,11 +72,14 @@ def main(argv):
     sys.exit(f"error: {e}")
   sets = [(split, split == "held-out") for split in _SPLITS.value]
   with parts.make_pool() as pool:
-    evals = [parts.evaluator.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held)
-             for split, held in sets]
+    evals = [parts.evaluator.pass_at_k(
+        pool, params, label=f"{label} / {split}", held_out=held, transcripts_per_task=_TRANSCRIPTS.value,
+        transcripts=os.path.join(output, f"transcripts-{split}.jsonl") if _TRANSCRIPTS.value else None)
+        for split, held in sets]
   text = parts.evaluator.write_summary(evals, output)
   print(text)
-  print(f"[eval] {os.path.abspath(output)}: summary.md, summary.json, pass_at_k.png")
+  written = [f"transcripts-{split}.jsonl" for split, _ in sets] if _TRANSCRIPTS.value else []
+  print(f"[eval] {os.path.abspath(output)}: {', '.join(['summary.md', 'summary.json', 'pass_at_k.png'] + written)}")
 
 
 if __name__ == "__main__":

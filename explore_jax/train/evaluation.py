@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -90,6 +91,26 @@ def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
                      samples=np.array([len(by_task[t]) for t in tasks], int),
                      successes=np.array([sum(r.success for r in by_task[t]) for t in tasks], int),
                      outcomes=np.array(outcomes, int))
+
+
+def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int = 1) -> int:
+  """Writes the first `per_task` episodes of every task (by seed) as JSONL, one line per episode: the task, its
+  outcome, and per step the observation the prompt was built from, the reply, its rewards and the
+  environment's feedback -- what a reader needs to see *how* a policy fails. Returns the episodes written."""
+  seen: dict[Any, int] = {}
+  n = 0
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    for r in sorted(results, key=lambda r: r.spec.episode_id):
+      if seen.get(r.spec.seed, 0) >= per_task:
+        continue
+      seen[r.spec.seed] = seen.get(r.spec.seed, 0) + 1
+      steps = [{"observation": s.observation, "response": s.response_text, "task_reward": s.task_reward,
+                "format_reward": s.format_reward, "feedback": str(s.info.get("feedback", ""))} for s in r.steps]
+      f.write(json.dumps({"task": r.spec.seed, "episode": r.spec.episode_id, "success": bool(r.success),
+                          "return": float(r.total_reward), "error": r.error, "steps": steps}, default=str) + "\n")
+      n += 1
+  return n
 
 
 def powers_of_two(n: int) -> list[int]:

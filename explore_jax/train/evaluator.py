@@ -46,7 +46,10 @@ class Evaluator:
     return {f"eval/{k}": m[k] for k in ("success_rate", "return")}
 
   def pass_at_k(self, pool: ActorPool, params: Any, *, label: str, held_out: bool,
-                log: Callable[[str], None] = print) -> evaluation.TaskSetEval:
+                log: Callable[[str], None] = print, transcripts: Optional[str] = None,
+                transcripts_per_task: int = 1) -> evaluation.TaskSetEval:
+    """pass@k of `params` on the training tasks or the held-out ones; with `transcripts` (a path), the first
+    `transcripts_per_task` episodes of each task are also written there (evaluation.write_transcripts)."""
     c = self.config
     env_kwargs = dict(c.env.kwargs)
     if held_out:
@@ -63,6 +66,8 @@ class Evaluator:
 
     with tqdm(total=len(specs), desc=f"pass@k {label}", unit="ep", dynamic_ncols=True, leave=False) as bar:
       results, _ = pool.run(specs, policy_fn, embed_fn=embed_fn, on_result=lambda _: bar.update(1))
+    if transcripts:
+      evaluation.write_transcripts(transcripts, results, transcripts_per_task)
     return evaluation.summarize(label, results)
 
   def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:

@@ -46,10 +46,15 @@ def test_default_config_trains_evaluates_and_reports(tmp_path):
 
   ev = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
                        f"--run={tmp_path / 'run'}", "--samples=2", "--splits=held-out",
-                       "--config.eval.passk_held_out_tasks=2"],
+                       "--config.eval.passk_held_out_tasks=2", "--transcripts=1"],
                       capture_output=True, text=True, timeout=600, cwd=REPO, env=_env(env))
   assert ev.returncode == 0, ev.stderr[-3000:]
   evaluated = json.load(open(tmp_path / "run" / "eval-1" / "summary.json"))
+  # One episode of each held-out task, step by step, as the policy played it.
+  episodes = [json.loads(line) for line in open(tmp_path / "run" / "eval-1" / "transcripts-held-out.jsonl")]
+  assert len(episodes) == 2 and len({e["task"] for e in episodes}) == 2
+  assert all(e["steps"] and all(s["observation"] and isinstance(s["response"], str) for s in e["steps"])
+             for e in episodes)
   assert list(evaluated) == ["step 1 / held-out"]
   # The same checkpoint and sampling stream as the run's own final evaluation give the same numbers.
   assert evaluated["step 1 / held-out"]["pass_at_k"] == summary["trained / held-out"]["pass_at_k"]
