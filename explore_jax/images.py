@@ -8,8 +8,13 @@ for which it needs only the image's size: `ImageLayout.resize` brings the image 
 multiples of patch_size x spatial_merge_size with a pixel count within [min_pixels, max_pixels] (the
 processor's smart_resize rule, bicubic), and `num_tokens` counts its merged tokens. The resized uint8 image
 is what travels with the request and what a record keeps (H x W x 3 bytes, far less than its float patches);
-`pixel_values` turns images into the tower's input (rescale, normalise by the CLIP mean and std, patchify),
-on the sampler's and the learner's side alike.
+`pixel_values` turns images into the tower's input (rescale, normalise by the family's mean and std,
+patchify), on the sampler's and the learner's side alike.
+
+The families differ only in numbers: Qwen2.5-VL's processor has 14-pixel patches, the CLIP mean and std and
+pixel counts within [56^2, 28^2 x 1280]; Qwen3-VL's (the same Qwen2VLImageProcessor, configured by the
+checkpoint's preprocessor_config.json) 16-pixel patches, mean and std 0.5 and [2^16, 2^24] pixels
+(`PROCESSOR_DEFAULTS`, which `ImageLayout.from_config` applies).
 
 Resizing uses Pillow's bicubic filter; transformers' fast image processor resizes with torchvision, whose
 bicubic differs in the last bits of some pixels, so pixel parity with it holds only for images already of
@@ -29,6 +34,13 @@ IMAGE = "<image>"  # where a prompt hook puts an image in a message's text
 # OpenAI CLIP's normalisation, which Qwen2-VL's and Qwen2.5-VL's processors use.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# Each vision family's image processor settings (VisionConfig.family): normalisation and pixel bounds.
+PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2.5-vl": dict(image_mean=CLIP_MEAN, image_std=CLIP_STD, min_pixels=56 * 56, max_pixels=28 * 28 * 1280),
+    "qwen3-vl": dict(image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), min_pixels=65_536,
+                     max_pixels=16_777_216),
+}
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -52,7 +64,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 @dataclasses.dataclass(frozen=True)
 class ImageLayout:
   """How one model family lays images out (picklable: it travels to the actors). From a VLConfig with
-  `from_config`; min/max pixels as Qwen2.5-VL's processor defaults."""
+  `from_config`, which takes the family's processor settings; the defaults here are Qwen2.5-VL's."""
   start_id: int
   pad_id: int
   end_id: int
@@ -62,13 +74,19 @@ class ImageLayout:
   in_channels: int = 3
   min_pixels: int = 56 * 56
   max_pixels: int = 28 * 28 * 1280
+  image_mean: tuple[float, ...] = CLIP_MEAN
+  image_std: tuple[float, ...] = CLIP_STD
 
   @classmethod
-  def from_config(cls, config: Any, **pixels: int) -> "ImageLayout":
+  def from_config(cls, config: Any, **overrides: Any) -> "ImageLayout":
+    """The layout of a VLConfig's family (its processor's pixel bounds and normalisation), with `overrides`
+    (e.g. min_pixels=..., max_pixels=...)."""
     v = config.vision
+    defaults = PROCESSOR_DEFAULTS[getattr(v, "family", "qwen2.5-vl")]
     return cls(start_id=config.vision_start_token_id, pad_id=config.image_token_id,
                end_id=config.vision_end_token_id, patch_size=v.patch_size, merge_size=v.spatial_merge_size,
-               temporal_patch_size=v.temporal_patch_size, in_channels=v.in_channels, **pixels)
+               temporal_patch_size=v.temporal_patch_size, in_channels=v.in_channels,
+               **{**defaults, **overrides})
 
   @property
   def factor(self) -> int:
@@ -127,10 +145,11 @@ class ImageLayout:
 
   def pixel_values(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The vision tower's input for images at their target sizes: patches [N, patch_dim] float32 (rescaled
-    to [0, 1], normalised by the CLIP mean and std, in the processor's patch order) and grids [images, 3]."""
+    to [0, 1], normalised by the family's mean and std, in the processor's patch order) and grids [images, 3]."""
     patches, grids = [], []
     for image in images:
-      p, grid = patchify(normalise(self.check(image)), self.patch_size, self.merge_size, self.temporal_patch_size)
+      normalised = normalise(self.check(image), np, self.image_mean, self.image_std)
+      p, grid = patchify(normalised, self.patch_size, self.merge_size, self.temporal_patch_size)
       patches.append(p)
       grids.append(grid)
     if not patches:
@@ -138,10 +157,11 @@ class ImageLayout:
     return np.concatenate(patches).astype(np.float32), np.asarray(grids, np.int64)
 
 
-def normalise(image: Any, xp: Any = np) -> Any:
-  """uint8 pixels [..., C] rescaled to [0, 1] and normalised by the CLIP mean and std (float32); `xp` is numpy
-  or jax.numpy (the learner normalises records' images inside its jitted loss)."""
-  mean, std = xp.asarray(CLIP_MEAN, xp.float32), xp.asarray(CLIP_STD, xp.float32)
+def normalise(image: Any, xp: Any = np, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD) -> Any:
+  """uint8 pixels [..., C] rescaled to [0, 1] and normalised by the processor's mean and std per channel (CLIP's
+  by default; float32); `xp` is numpy or jax.numpy (the learner normalises records' images inside its jitted
+  loss)."""
+  mean, std = xp.asarray(mean, xp.float32), xp.asarray(std, xp.float32)
   return (image.astype(xp.float32) / 255.0 - mean) / std
 
 

@@ -1,4 +1,5 @@
-"""A pure-functional decoder-only transformer (Llama 2/3, Qwen2/2.5, Qwen3, the language model of Qwen2.5-VL).
+"""A pure-functional decoder-only transformer (Llama 2/3, Qwen2/2.5, Qwen3, the language models of Qwen2.5-VL and
+Qwen3-VL).
 
 Parameters are a plain pytree of arrays, layers stacked on a leading axis and run under `lax.scan`:
 
@@ -16,8 +17,9 @@ Attention works in cache *slots*: a query in slot i sees keys in slots j <= i th
 cache the slots are the T input positions; with one, the T new tokens are written at slots
 [cache.index, cache.index + T). Positions (for RoPE) are given explicitly per token, so left padding,
 right padding and packed rows all work; `attention_mask` marks the real tokens. With `config.mrope_section`
-a token's position may be three coordinates (temporal, height, width: multimodal RoPE, models/vl.py), and
-`embeds` may replace the token embeddings (a VLM's image features at its image tokens).
+a token's position may be three coordinates (temporal, height, width: multimodal RoPE, models/vl.py),
+`embeds` may replace the token embeddings (a VLM's image features at its image tokens), and `deepstack` adds
+Qwen3-VL's DeepStack features to the hidden states after the first layers.
 
 Two layer loops: without a cache (training, scoring) the layers run under `lax.scan`, which keeps compile
 time flat in depth. With a cache (sampling) they are unrolled over one [B, kv_heads, S, head_dim] buffer
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from explore_jax.models.config import ModelConfig
+from explore_jax.models.config import ModelConfig, mrope_coordinates
 from explore_jax.parallel import sharding
 
 Params = dict[str, Any]
@@ -146,19 +148,21 @@ def rope_inv_freq(c: ModelConfig) -> jax.Array:
   return inv
 
 
-def rope_angles(positions: jax.Array, inv_freq: jax.Array, sections: tuple[int, ...] = ()) -> jax.Array:
+def rope_angles(positions: jax.Array, inv_freq: jax.Array, sections: tuple[int, ...] = (),
+                interleaved: bool = False) -> jax.Array:
   """Rotation angles [..., D/2] of RoPE: each frequency times the position it rotates by.
 
   Without `sections`, positions [...] give all frequencies the token's one position. With them, positions
   [..., A] give each token A coordinates and the frequencies split into consecutive blocks of these sizes,
   block j rotating by coordinate j: Qwen2-VL's multimodal RoPE (temporal, height, width) and the 2-D RoPE
-  of its vision tower (height, width).
+  of its vision tower (height, width). `interleaved`: Qwen3-VL's layout of the same counts instead
+  (config.mrope_coordinates).
   """
   if not sections:
     return positions[..., None].astype(jnp.float32) * inv_freq
   if positions.shape[-1] != len(sections):
     raise ValueError(f"positions have {positions.shape[-1]} coordinates; sections {sections} need {len(sections)}")
-  coordinate = np.repeat(np.arange(len(sections)), sections)  # [D/2]: which coordinate each frequency uses
+  coordinate = mrope_coordinates(sections, interleaved)  # [D/2]: which coordinate each frequency uses
   return positions[..., coordinate].astype(jnp.float32) * inv_freq
 
 
@@ -235,12 +239,14 @@ class Model(SpecParams):
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array,
             cache: Optional[KVCache] = None, *, attention_mask: Optional[jax.Array] = None,
             return_hidden: bool = False, logits_to_keep: int = 0,
-            embeds: Optional[jax.Array] = None) -> ModelOutput:
+            embeds: Optional[jax.Array] = None, deepstack: Optional[jax.Array] = None) -> ModelOutput:
     """Logits for `tokens` [B, T] at RoPE `positions` [B, T]; writes into and returns `cache` if given.
 
     With `config.mrope_section`, positions may also be [B, T, 3] (multimodal RoPE; [B, T] means the same
     position on all three). `embeds` [B, T, E], when given, is the first layer's input instead of the
-    embeddings of `tokens` (which then only give the shape).
+    embeddings of `tokens` (which then only give the shape). `deepstack` [K, B, T, E], when given, is added
+    to the hidden states after each of the first K layers, slice k after layer k (Qwen3-VL's DeepStack: image
+    features from the vision tower's earlier blocks at the image tokens, zeros elsewhere).
     attention_mask [B, T] (default all ones) marks real tokens; padding is never attended to.
     logits_to_keep > 0 projects only the last that many positions onto the vocabulary (logits
     [B, logits_to_keep, V]): the learner scores responses, not prompts, and the [B, T, V] logits of a
@@ -268,11 +274,15 @@ class Model(SpecParams):
     if positions.ndim == tokens.ndim:
       angles = rope_angles(positions, rope_inv_freq(c))
     elif c.mrope_section:
-      angles = rope_angles(positions, rope_inv_freq(c), c.mrope_section)
+      angles = rope_angles(positions, rope_inv_freq(c), c.mrope_section, c.mrope_interleaved)
     else:
       raise ValueError(f"positions of shape {positions.shape} for tokens {tokens.shape} need config.mrope_section")
 
     adapters = params.get("lora", {})
+    if deepstack is not None:
+      if not 0 < deepstack.shape[0] <= c.num_layers or deepstack.shape[1:] != x.shape:
+        raise ValueError(f"deepstack of shape {deepstack.shape} for hidden states {x.shape} and {c.num_layers} layers")
+      deepstack = self._constrain(deepstack.astype(dt), (None, "batch", "length", "act_embed"))
 
     def attention_inputs(x, lp, la):
       h = rms_norm(x, lp["attn_norm"], c.rms_norm_eps)
@@ -307,7 +317,19 @@ class Model(SpecParams):
 
       if c.remat:
         layer = jax.checkpoint(layer, prevent_cse=False)
-      x, _ = jax.lax.scan(layer, x, (params["layers"], adapters))
+      if deepstack is None:
+        x, _ = jax.lax.scan(layer, x, (params["layers"], adapters))
+      else:
+        K = deepstack.shape[0]
+
+        def layer_and_deepstack(x, inputs):
+          layer_params, i = inputs
+          x, _ = layer(x, layer_params)
+          added = jax.lax.dynamic_index_in_dim(deepstack, jnp.minimum(i, K - 1), keepdims=False)
+          x = jnp.where(i < K, x + added, x)
+          return self._constrain(x, ("batch", "length", "act_embed")), None
+
+        x, _ = jax.lax.scan(layer_and_deepstack, x, ((params["layers"], adapters), jnp.arange(c.num_layers)))
       new_cache = None
     else:
       ks, vs = list(cache.k), list(cache.v)
@@ -317,6 +339,8 @@ class Model(SpecParams):
         ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
         vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
         x = attention_out_and_mlp(x, lp, la, attention(q, ks[i], vs[i], visible))
+        if deepstack is not None and i < deepstack.shape[0]:
+          x = x + deepstack[i]
       new_cache = KVCache(k=tuple(ks), v=tuple(vs), mask=key_mask, index=start + T)
 
     hidden = rms_norm(x, params["final_norm"], c.rms_norm_eps)

@@ -1,5 +1,5 @@
-"""Qwen2.5-VL: a vision tower's merged patch features in place of a prompt's image tokens, read by a language
-model with multimodal RoPE.
+"""Qwen2.5-VL and Qwen3-VL: a vision tower's merged patch features in place of a prompt's image tokens, read by
+a language model with multimodal RoPE.
 
 Params are the language model's tree (models/transformer.py) plus `params["vision"]` (models/vision.py), so a
 text-only prompt runs exactly the language model's computation, and LoRA adapters (`params["lora"]`) and
@@ -14,6 +14,13 @@ Positions are three coordinates per token (temporal, height, width), as transfor
 out (`mrope_positions`): a text token has all three equal, one more than the token before; an image's tokens
 start at s, the position after the text before it, and sit at (s + frame, s + row, s + column) of its merged
 grid; the text after it continues from s + max(rows, columns). A text-only prompt is therefore ordinary RoPE.
+Qwen3-VL lays out and numbers an image's tokens the same way; its language model spreads the three coordinates
+over the rotary frequencies interleaved rather than in blocks (ModelConfig.mrope_interleaved).
+
+Qwen3-VL's DeepStack: the tower's features carry, after the merger's, one more set per DeepStack merger
+(VisionConfig.feature_size); the first set replaces the image tokens' embeddings, and set k is added to the
+image tokens' hidden states after language layer k (Model.apply's `deepstack`). Text-only prompts and decoding
+steps have no image tokens, so for them nothing is added.
 """
 
 from __future__ import annotations
@@ -133,42 +140,62 @@ class VLModel:
 
   def merge(self, params: Params, tokens: jax.Array, features: jax.Array) -> jax.Array:
     """Token embeddings [B, T, E] with `features` [M, E] (merged image tokens, batch row-major; rows past the
-    prompts' image tokens are never read) at the image tokens: `embed` with the tower's output given."""
+    prompts' image tokens are never read) at the image tokens: `embed` with the tower's output given.
+    Qwen3-VL's features [M, feature_size] give their first E values per token."""
+    return self.merge_with_deepstack(params, tokens, features)[0]
+
+  def merge_with_deepstack(self, params: Params, tokens: jax.Array, features: jax.Array
+                           ) -> tuple[jax.Array, Optional[jax.Array]]:
+    """`merge`'s embeddings and, for Qwen3-VL, the DeepStack additions [K, B, T, E]: each DeepStack merger's
+    features at the image tokens, zeros elsewhere (None without DeepStack)."""
     dt = self.config.text.jnp_dtype
+    E, K = self.config.text.hidden_size, self.config.vision.num_deepstack
+    if features.shape[-1] != self.config.vision.feature_size:
+      raise ValueError(f"image features of shape {features.shape}: the tower gives "
+                       f"{self.config.vision.feature_size} values per merged token")
     x = params["embed"].astype(dt)[tokens]
     features = features.astype(dt)
     is_image = tokens == self.config.image_token_id
     index = jnp.cumsum(is_image.reshape(-1)).reshape(tokens.shape) - 1
-    return jnp.where(is_image[..., None], features[jnp.clip(index, 0, features.shape[0] - 1)], x)
+    per_token = features[jnp.clip(index, 0, features.shape[0] - 1)]
+    if not K:
+      return jnp.where(is_image[..., None], per_token, x), None
+    embeds = jnp.where(is_image[..., None], per_token[..., :E], x)
+    deepstack = per_token[..., E:].reshape(tokens.shape + (K, E))
+    deepstack = jnp.where(is_image[..., None, None], deepstack, 0).transpose(2, 0, 1, 3)
+    return embeds, deepstack
 
   def image_features(self, params: Params, images: jax.Array, valid: jax.Array) -> jax.Array:
     """Merged features of uint8 images [N, H, W, C] of one size, each through the tower on its own (vmapped),
-    the `valid` [N] ones first in their order, then the others: [N * tokens per image, E], the layout `merge`
-    reads for prompts holding the valid images in that order. Differentiable in params["vision"]; the
+    the `valid` [N] ones first in their order, then the others: [N * tokens per image, feature_size], the
+    layout `merge` reads for prompts holding the valid images in that order. Differentiable in params["vision"]; the
     learner's twin of the sampler's per-image features (equal up to float rounding)."""
     N, H, W, _ = images.shape
     v = self.config.vision
-    patches = jax.vmap(lambda image: images_lib.patchify(images_lib.normalise(image, jnp), v.patch_size,
-                                                         v.spatial_merge_size, v.temporal_patch_size, jnp)[0])(images)
+    norm = images_lib.ImageLayout.from_config(self.config)
+    patches = jax.vmap(lambda image: images_lib.patchify(
+        images_lib.normalise(image, jnp, norm.image_mean, norm.image_std), v.patch_size,
+        v.spatial_merge_size, v.temporal_patch_size, jnp)[0])(images)
     grid = np.array([[1, H // v.patch_size, W // v.patch_size]])
     layout = vision_lib.vision_inputs(np.zeros((patches.shape[1], v.patch_dim), np.float32), grid, v)
     features = jax.vmap(lambda p: self.vision.apply(params["vision"], layout._replace(patches=p)))(patches)
     order = jnp.argsort(~valid.astype(bool), stable=True)
-    return features[order].reshape(-1, features.shape[-1])
+    return features[order].reshape(-1, features.shape[-1])  # [N * tokens, feature_size]
 
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array, cache: Optional[KVCache] = None, *,
             images: Optional[VisionInputs] = None, image_features: Optional[jax.Array] = None,
             attention_mask: Optional[jax.Array] = None, return_hidden: bool = False,
             logits_to_keep: int = 0) -> ModelOutput:
     """Logits for `tokens` [B, T] at `positions` [B, T, 3] (mrope_positions; [B, T] for text only), with the
-    `images` of the prompts, or their merged features already computed (`image_features` [M, E]); without
-    either, exactly the language model's `Model.apply`."""
+    `images` of the prompts, or their merged features already computed (`image_features` [M, feature_size]);
+    without either, exactly the language model's `Model.apply`."""
     if images is not None and image_features is not None:
       raise ValueError("give the prompts' images or their image_features, not both")
-    embeds = None
+    embeds = deepstack = None
     if images is not None:
-      embeds = self.embed(params, tokens, images)
-    elif image_features is not None:
-      embeds = self.merge(params, tokens, image_features)
+      image_features = self.vision.apply(params["vision"], images)
+    if image_features is not None:
+      embeds, deepstack = self.merge_with_deepstack(params, tokens, image_features)
     return self.text.apply(params, tokens, positions, cache, attention_mask=attention_mask,
-                           return_hidden=return_hidden, logits_to_keep=logits_to_keep, embeds=embeds)
+                           return_hidden=return_hidden, logits_to_keep=logits_to_keep, embeds=embeds,
+                           deepstack=deepstack)
