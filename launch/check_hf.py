@@ -5,7 +5,8 @@
 Runs both implementations on a few prompts in one left-padded batch, prints each prompt's
 max |logits_ours - logits_transformers| over its real tokens, and, as its last line,
 `max_abs_logit_diff=<float>`. Exits 1 above the tolerance (default 1e-4 in float32, 5e-2 in bfloat16).
-A Qwen2.5-VL directory (e.g. Qwen2.5-VL-3B-Instruct) gets a random image in the middle of every other prompt.
+A Qwen2.5-VL or Qwen3-VL directory (e.g. Qwen2.5-VL-3B-Instruct, Qwen3-VL-2B-Instruct) gets a random image in
+the middle of every other prompt.
 """
 
 import sys

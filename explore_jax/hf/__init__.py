@@ -2,8 +2,9 @@
 
 `load_pretrained(name_or_dir)` is the one entry point: a directory holding config.json, safetensors and
 tokenizer files (a real Qwen/Llama checkpoint the user downloaded), or `"tiny"`, the built-in model,
-which is written once as such a directory and then read back through the very same code. Qwen2.5-VL
-directories (and `"tiny-vl"`) load as a VLConfig and a params tree with its vision tower (hf/convert_vl.py).
+which is written once as such a directory and then read back through the very same code. Qwen2.5-VL and
+Qwen3-VL directories (and `"tiny-vl"`, `"tiny-qwen3-vl"`) load as a VLConfig and a params tree with its vision
+tower (hf/convert_vl.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from explore_jax.parallel import sharding
 
 TINY_ASSETS = os.path.join(os.path.dirname(__file__), "assets", "tiny")
 TINY_SEED = 0
+TINY_VL_NAMES = ("tiny-vl", "tiny-qwen3-vl")  # the built-in VL checkpoints, by their VL_PRESETS names
 
-# The vision tokens the tiny-vl model adds after the tiny tokenizer's vocabulary, in id order (4096, 4097, 4098).
+# The vision tokens the tiny-vl and tiny-qwen3-vl models add after the tiny tokenizer's vocabulary, in id order
+# (4096, 4097, 4098).
 TINY_VL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 
 __all__ = ["Pretrained", "UnsupportedCheckpointError", "config_from_hf", "hf_config_dict", "load_params",
@@ -67,7 +70,7 @@ def tiny_dir() -> str:
 
 
 def tiny_vl_tokenizer():
-  """The tiny tokenizer with the three vision tokens of the tiny-vl model appended (ids 4096-4098)."""
+  """The tiny tokenizer with the three vision tokens of the tiny VL models appended (ids 4096-4098)."""
   from tokenizers import AddedToken
 
   tokenizer = load_tokenizer(TINY_ASSETS)
@@ -76,14 +79,19 @@ def tiny_vl_tokenizer():
   return tokenizer
 
 
-def tiny_vl_dir() -> str:
-  """The built-in tiny-vl checkpoint (VL_PRESETS["tiny-vl"], random weights) as a Hugging Face directory."""
-  config = VL_PRESETS["tiny-vl"]
+def tiny_vl_dir(name: str = "tiny-vl") -> str:
+  """A built-in tiny VL checkpoint (VL_PRESETS["tiny-vl"] or ["tiny-qwen3-vl"], random weights) as a Hugging
+  Face directory."""
+  if name not in TINY_VL_NAMES:
+    raise KeyError(f"no built-in VL checkpoint {name!r}; known: {TINY_VL_NAMES}")
+  config = VL_PRESETS[name]
+  # mrope_section (and mrope_interleaved) are spelled out: ModelConfig's repr leaves them out.
+  fields = (config, config.text.mrope_section, TINY_VL_TOKENS, TINY_SEED)
+  if config.text.mrope_interleaved:
+    fields = (config, config.text.mrope_section, config.text.mrope_interleaved, TINY_VL_TOKENS, TINY_SEED)
   with open(os.path.join(TINY_ASSETS, "tokenizer.json"), "rb") as f:
-    # mrope_section is spelled out: ModelConfig's repr leaves it out.
-    key = repr((config, config.text.mrope_section, TINY_VL_TOKENS, TINY_SEED)).encode()
-    digest = hashlib.sha256(key + f.read()).hexdigest()[:12]
-  return _built_once(f"tiny-vl-{digest}", config, VLModel(config), tiny_vl_tokenizer)
+    digest = hashlib.sha256(repr(fields).encode() + f.read()).hexdigest()[:12]
+  return _built_once(f"{name}-{digest}", config, VLModel(config), tiny_vl_tokenizer)
 
 
 def _built_once(name: str, config: ModelConfig | VLConfig, model: Model | VLModel, tokenizer_fn) -> str:
@@ -107,8 +115,8 @@ def resolve(name_or_dir: str) -> str:
     raise ValueError("no checkpoint given: set config.model.checkpoint to a local Hugging Face directory or 'tiny'")
   if name_or_dir == "tiny":
     return tiny_dir()
-  if name_or_dir == "tiny-vl":
-    return tiny_vl_dir()
+  if name_or_dir in TINY_VL_NAMES:
+    return tiny_vl_dir(name_or_dir)
   path = os.path.abspath(os.path.expanduser(name_or_dir))
   if not os.path.isdir(path):
     raise FileNotFoundError(f"checkpoint directory {path} does not exist (give a local directory or 'tiny')")

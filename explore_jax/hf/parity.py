@@ -1,8 +1,8 @@
 """Logit parity between our import of a checkpoint and transformers' PyTorch implementation of it.
 
-A Qwen2.5-VL checkpoint is compared on the same prompts with a random image in the middle of every other one
-(one left-padded batch mixing image and text-only rows); transformers computes its own multimodal positions,
-so the comparison covers our mrope_positions too.
+A Qwen2.5-VL or Qwen3-VL checkpoint is compared on the same prompts with a random image in the middle of every
+other one (one left-padded batch mixing image and text-only rows); transformers computes its own multimodal
+positions, so the comparison covers our mrope_positions too.
 """
 
 from __future__ import annotations
@@ -78,16 +78,18 @@ def image_prompts(tokenizer, prompts: Sequence[str], config: VLConfig, seed: int
                   ) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
   """Token ids of `prompts` with a random image in the middle of every other one (the first, third, ...),
   and those images' pixel_values and grids. Image k is 3 + k attention windows tall and 2 wide, its last row
-  and column of windows cut short, so window attention sees ragged windows."""
+  and column of windows cut short, so window attention sees ragged windows (Qwen3-VL, without windows: as if
+  windows were 2 merged tokens wide, so image k is 5 + 2k merged tokens tall and 3 wide)."""
   v = config.vision
   rng = np.random.default_rng(seed)
   rows, pixels, grids = [], [], []
+  window = v.window_merged if v.family == "qwen2.5-vl" else 2
   for r, prompt in enumerate(prompts):
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] or [0]
     if r % 2 == 0:
       k = r // 2
       side = v.patch_size * v.spatial_merge_size  # pixels of one merged token
-      height, width = side * (v.window_merged * (2 + k) + 1), side * (v.window_merged + 1)
+      height, width = side * (window * (2 + k) + 1), side * (window + 1)
       patches, grid = vision_lib.patchify(rng.standard_normal((height, width, v.in_channels)), v)
       pixels.append(patches.astype(np.float32))
       grids.append(grid)
@@ -99,9 +101,10 @@ def image_prompts(tokenizer, prompts: Sequence[str], config: VLConfig, seed: int
 
 def vl_max_logit_diffs(hf_dir: str, prompts: Sequence[str] = DEFAULT_PROMPTS, *, dtype: str = "float32",
                        padding_side: str = "left") -> list[float]:
-  """max_logit_diffs for a Qwen2.5-VL checkpoint, with images in every other prompt (`image_prompts`)."""
+  """max_logit_diffs for a Qwen2.5-VL or Qwen3-VL checkpoint, with images in every other prompt
+  (`image_prompts`)."""
   import torch
-  from transformers import Qwen2_5_VLForConditionalGeneration
+  import transformers
 
   tokenizer = load_tokenizer(hf_dir)
   config = convert_vl.config_from_hf(hf_dir, param_dtype=dtype)
@@ -119,7 +122,8 @@ def vl_max_logit_diffs(hf_dir: str, prompts: Sequence[str] = DEFAULT_PROMPTS, *,
   del params
 
   torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-  ref_model = Qwen2_5_VLForConditionalGeneration.from_pretrained(hf_dir, local_files_only=True, dtype=torch_dtype)
+  reference = getattr(transformers, convert_vl.ARCHITECTURES[config.family])
+  ref_model = reference.from_pretrained(hf_dir, local_files_only=True, dtype=torch_dtype)
   ref_model.eval()
   ids = torch.from_numpy(tokens.astype(np.int64))
   with torch.no_grad():  # transformers computes its own multimodal positions from the image tokens
