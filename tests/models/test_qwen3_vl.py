@@ -296,3 +296,35 @@ def test_sharded_forward_equals_single_device(params, reference, shape):
     assert sharded["vision"]["layers"]["fc1"].sharding.spec == P(None, "fsdp", "tensor")
     assert sharded["vision"]["deepstack"]["fc2"].sharding.spec == P(None, "tensor", "fsdp")
     assert sharded["vision"]["pos_embed"].sharding.spec == P(None, "fsdp")
+
+
+def test_sft_steps_learn_to_tell_two_images_apart(params):
+  """One question about two different images with two different answers: the rows differ only in their pixels,
+  so the project's train step can fit the answers only through the vision tower (its learned positions and
+  DeepStack included in the gradient)."""
+  from explore_jax.train import sft, state as state_lib
+
+  grids = np.array([[1, 4, 4], [1, 4, 4]])
+  answers = np.array([10, 11])
+  tokens, mask = _batch([[1, 2] + vl_lib.image_tokens(g, CONFIG) + [3, int(a)] for g, a in zip(grids, answers)])
+  pos, _ = vl_lib.mrope_positions(tokens, mask, grids, CONFIG)
+  batch = {"tokens": tokens, "attention_mask": mask, "positions": pos,
+           "images": vision_lib.vision_inputs(_pixels(grids, seed=3), grids, VISION)}
+
+  def answer_loss(model, p, b):
+    logits = model.apply(p, b["tokens"], b["positions"], images=b["images"], attention_mask=b["attention_mask"])
+    logp = jax.nn.log_softmax(logits.logits[:, -2])
+    loss = -jnp.mean(jnp.take_along_axis(logp, b["tokens"][:, -1:], -1))
+    return loss, {"answer_accuracy": jnp.mean(jnp.argmax(logp, -1) == b["tokens"][:, -1])}
+
+  optimizer = state_lib.make_optimizer(3e-3)
+  step = sft.make_train_step(VLModel(CONFIG), optimizer, loss_fn=answer_loss)
+  state = state_lib.create_train_state(jax.tree.map(jnp.copy, params), optimizer)
+  first = None
+  for _ in range(30):
+    state, metrics = step(state, batch)
+    first = float(metrics["loss"]) if first is None else first
+  assert float(metrics["loss"]) < 0.1 * first and float(metrics["answer_accuracy"]) == 1.0
+  moved = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)), state.params["vision"], params["vision"])
+  assert moved["pos_embed"].max() > 0 and moved["patch_embed_bias"].max() > 0
+  assert moved["deepstack"]["fc1"].max(axis=(1, 2)).min() > 0  # both DeepStack mergers learned
