@@ -164,7 +164,7 @@ class VisionConfig(_Dtypes):
   A ViT over patches of `temporal_patch_size` frames x `patch_size`^2 pixels with 2-D (height, width) RoPE,
   and a merger that maps each `spatial_merge_size`^2 block of neighbouring patches to one language-model token.
 
-  Qwen2.5-VL: RMSNorm, gated SiLU MLPs, no biased patch embedding; every block but `fullatt_block_indexes`
+  Qwen2.5-VL: RMSNorm, gated SiLU MLPs, a patch embedding without bias; every block but `fullatt_block_indexes`
   attends within windows of `window_size` pixels per side only.
   Qwen3-VL: LayerNorm, GELU (tanh) MLPs, a biased patch embedding plus a learned position embedding of
   `num_position_embeddings` (a square grid, resampled to each image's), full attention in every block (the

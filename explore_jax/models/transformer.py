@@ -36,7 +36,6 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
 
 from explore_jax.models.config import ModelConfig, mrope_coordinates
