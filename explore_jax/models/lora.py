@@ -13,7 +13,8 @@ Adapters are a pytree of their own, keyed by our leaf names (models/transformer.
 They are float32 whatever the base's dtype: they are small, and Adam's small steps on a bf16 B would round
 away. Only they train: gradients, optimizer state and a run's checkpoints hold them and nothing of the base
 (train/sft.py, train/learner.py). Targets are named as in Hugging Face / PEFT (`q_proj` ... `down_proj`, or
-"all-linear" for all seven). There is no adapter dropout (PEFT's lora_dropout): RL recomputes the sampler's
+"all-linear" for all seven). On a vision-language model (models/vl.py) they adapt its language model's layers and
+the vision tower stays frozen: a VLConfig stands for its language model here. There is no adapter dropout (PEFT's lora_dropout): RL recomputes the sampler's
 log-probs in the update, and dropout there would move the importance ratio of a fresh batch off 1.
 
 The adapters are used in two forms, each where it is cheaper:
@@ -38,7 +39,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from explore_jax.models.config import ModelConfig
+from explore_jax.models.config import ModelConfig, language_config
 from explore_jax.models.transformer import Model
 
 Adapters = dict[str, dict[str, jax.Array]]
@@ -98,9 +99,9 @@ def _split(shape: tuple[int, ...], leaf: str) -> tuple[tuple[int, ...], tuple[in
   return tuple(shape[1:1 + n]), tuple(shape[1 + n:])
 
 
-def init(model_config: ModelConfig, lora: LoraConfig) -> Adapters:
+def init(model_config: Any, lora: LoraConfig) -> Adapters:
   """Fresh adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming_uniform(a=sqrt(5))), B = 0."""
-  shapes = Model(model_config).param_shapes()["layers"]
+  shapes = Model(language_config(model_config)).param_shapes()["layers"]
   key = jax.random.key(lora.seed)
   out = {}
   for i, leaf in enumerate(lora.leaves):
@@ -112,14 +113,14 @@ def init(model_config: ModelConfig, lora: LoraConfig) -> Adapters:
   return out
 
 
-def shapes(model_config: ModelConfig, lora: LoraConfig) -> Adapters:
+def shapes(model_config: Any, lora: LoraConfig) -> Adapters:
   """The adapters' jax.ShapeDtypeStructs (no memory)."""
   return jax.eval_shape(lambda: init(model_config, lora))
 
 
-def axes(model_config: ModelConfig, lora: LoraConfig) -> Adapters:
+def axes(model_config: Any, lora: LoraConfig) -> Adapters:
   """Logical axis names of the adapters: A shards like W's input, B like W's output, the rank replicated."""
-  base = Model(model_config).param_axes()["layers"]
+  base = Model(language_config(model_config)).param_axes()["layers"]
   out = {}
   for leaf in lora.leaves:
     ins, outs = _split(base[leaf], leaf)

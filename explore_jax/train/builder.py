@@ -99,8 +99,6 @@ def build(config: Any, workdir: str) -> Parts:
   else:
     model = Model(pre.config.replace(remat=config.model.remat), mesh=mesh, rules=rules)
   lora = lora_lib.from_config(config.model.get("lora"))  # None: every weight trains
-  if lora is not None and layout is not None:
-    raise ValueError("LoRA on a vision-language checkpoint is not supported yet (config.model.lora)")
   method = make_method(config)
   check_environments(config)
   tokenizer = pre.tokenizer

@@ -13,12 +13,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.slow
-def test_grpo_miniwob_trains_an_iteration_on_screenshots(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_grpo_miniwob_trains_an_iteration_on_screenshots(tmp_path, lora):
+  """With LoRA too: adapters on the language model, warm-started and trained on image records."""
   out = subprocess.run(
       [sys.executable, "launch/train.py", "--config=configs/grpo_miniwob.py", f"--workdir={tmp_path / 'run'}",
-       "--config.train.num_iterations=1", "--config.eval.every=0", "--config.rollout.num_actors=1",
-       "--config.rollout.num_tasks=1", "--config.rollout.group_size=2", "--config.rl.minibatch_size=8",
-       "--config.sft.oracle_episodes=4", "--config.sft.steps=2", "--config.sft.batch_size=8"],
+       "--config.train.num_iterations=1", "--config.eval.every=0", "--config.eval.passk_samples=0",
+       "--config.rollout.num_actors=1", "--config.rollout.num_tasks=1", "--config.rollout.group_size=2",
+       "--config.rl.minibatch_size=8", "--config.sft.oracle_episodes=4", "--config.sft.steps=2",
+       "--config.sft.batch_size=8", *(["--config.model.lora.rank=4"] if lora else [])],
       cwd=REPO, capture_output=True, text=True, timeout=1200)
   assert out.returncode == 0, out.stderr[-3000:]
   with open(tmp_path / "run" / "metrics.jsonl") as f:

@@ -171,3 +171,52 @@ def test_merged_export_is_the_adapted_model(tmp_path):
       jax.tree.map(lambda x: jnp.zeros_like(x, jnp.float32), base), adapters, ALL)["layers"]["q"])
   assert merged16.dtype == jnp.bfloat16
   np.testing.assert_allclose(np.asarray(merged16, np.float32), want, rtol=2**-8, atol=1e-6)
+
+
+def test_vl_adapters_adapt_the_language_model_and_load_in_peft_with_our_logits(tmp_path):
+  """LoRA on a Qwen2.5-VL checkpoint: adapters on its language model only (the tower frozen, and PEFT told
+  so), the adapted model starts as the base, and transformers + PEFT score image prompts as we do."""
+  torch = pytest.importorskip("torch", reason="PyTorch (a dev extra) is the reference")
+  peft = pytest.importorskip("peft", reason="PEFT (a dev extra) is the reference")
+  transformers = pytest.importorskip("transformers")
+  from explore_jax.hf import parity
+  from explore_jax.models import vision as vision_lib
+  from explore_jax.models import vl as vl_lib
+  from tests.hf.test_vl_hf import make_vl_checkpoint
+
+  base_dir = make_vl_checkpoint(tmp_path / "base")
+  pre = hf.load_pretrained(base_dir)
+  config, base = pre.config, pre.params
+  lora = lora_lib.LoraConfig(rank=4, alpha=8.0, target_modules=("all-linear",))
+  assert jax.tree.map(lambda x: x.shape, lora_lib.init(config, lora)) == jax.tree.map(
+      lambda x: x.shape, lora_lib.init(config.text, lora))  # a VLConfig stands for its language model
+
+  rows, pixel_values, grids = parity.image_prompts(pre.tokenizer, parity.DEFAULT_PROMPTS, config)
+  tokens, mask = parity.pad_rows(rows, 0, "left")
+  positions, _ = vl_lib.mrope_positions(tokens, mask, grids, config)
+  images = vision_lib.vision_inputs(pixel_values, grids, config.vision)
+
+  def logits(params):
+    with jax.default_matmul_precision("highest"):
+      return np.asarray(jax.jit(vl_lib.VLModel(config).apply)(params, tokens, positions, images=images,
+                                                              attention_mask=mask).logits)
+
+  np.testing.assert_array_equal(logits(lora_lib.adapted(base, lora_lib.init(config, lora), lora)), logits(base))
+  adapters = _trained(config.text, lora)
+  ours = logits(lora_lib.adapted(base, adapters, lora))
+  assert np.abs(ours - logits(base))[mask].max() > 1e-2  # the adapters matter
+  np.testing.assert_allclose(logits(lora_lib.merge(base, adapters, lora)), ours, atol=2e-5)
+
+  adapter_dir = peft_format.save_peft(tmp_path / "adapter", config, adapters, lora, base_model_name_or_path=base_dir)
+  model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(base_dir, local_files_only=True,
+                                                                          dtype=torch.float32)
+  model = peft.PeftModel.from_pretrained(model, adapter_dir).eval()
+  theirs = {k: tuple(v.shape) for k, v in peft.get_peft_model_state_dict(model).items()}
+  assert theirs == {k: v.shape for k, v in peft_format.peft_tensors(config, adapters, lora).items()}
+  assert not any("visual" in k for k in theirs)  # the tower's gate/up/down_proj are not adapted
+  ids = torch.from_numpy(tokens.astype(np.int64))
+  with torch.no_grad():
+    ref = model(input_ids=ids, attention_mask=torch.from_numpy(mask.astype(np.int64)),
+                pixel_values=torch.from_numpy(pixel_values), image_grid_thw=torch.from_numpy(grids),
+                mm_token_type_ids=(ids == config.image_token_id).long()).logits.numpy()
+  np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-4)
