@@ -100,7 +100,7 @@ def main(argv) -> None:
 
   # Alone: full batches of random prompts at each width, the loop's mean response length, no EOS stop.
   params = parts.server.policy_params(parts.learner.state.params)
-  B = calls[0]["B"]
+  B = parts.server.batch_size  # the benchmark's full batch, whatever rows the loop's calls used
   n_new = max(int(round(mean_len)), 1)
   # The loop's own schedule (temperatures, delimiters, top-p) without EOS or stop sequences: every row makes
   # n_new tokens.
@@ -134,8 +134,8 @@ def main(argv) -> None:
   steps = sum(c["steps"] for c in calls)
   filler_steps = sum(c["steps"] - c["longest_real"] for c in calls)
   wait_steps = sum(c["longest_real"] - c["mean_real"] for c in calls)
-  print(f"breakdown compile ~{max(compile_s, 0.0):.1f} s of {call_s:.1f} s in calls; rows filled {fill:.0%} of "
-        f"{B} per call; decode steps {steps} (max new tokens {R}), of which {filler_steps} "
+  print(f"breakdown compile ~{max(compile_s, 0.0):.1f} s of {call_s:.1f} s in calls; rows filled {fill:.0%} "
+        f"(rows per call: {sorted({c['B'] for c in calls})}); decode steps {steps} (max new tokens {R}), of which {filler_steps} "
         f"({filler_steps / max(steps, 1):.0%}) only for filler rows and {wait_steps:.0f} "
         f"({wait_steps / max(steps, 1):.0%}) waiting for each batch's longest real row; outside the sampler "
         f"{rollout_seconds - call_s:.1f} s of the rollouts' {rollout_seconds:.1f} s")

@@ -55,6 +55,18 @@ class InferenceServer:
   lora: Optional[lora_lib.LoraConfig] = None  # the policy's params are adapters on `base_params`
   base_params: Any = None
   image_layout: Optional[ImageLayout] = None  # a vision-language policy: how prompts lay images out
+  # 0: every sampling call has batch_size rows. N > 0: a call has the fewest rows of N, 2N, 4N, ... (at most
+  # batch_size) that hold its requests, so a call half full does half the work (more compiled shapes).
+  min_rows: int = 0
+
+  def rows(self, requests: int) -> int:
+    """The batch rows of a sampling call that answers `requests` requests (at most batch_size)."""
+    if self.min_rows <= 0:
+      return self.batch_size
+    rows = self.min_rows
+    while rows < requests:
+      rows *= 2
+    return min(rows, self.batch_size)
 
   def policy_params(self, params: Any) -> Any:
     """The plain params tree of the policy whose trainable params are `params` (merged with LoRA)."""
@@ -76,9 +88,9 @@ class InferenceServer:
                 params_sampling: sampling.SamplingParams, version: int, features: bool = False) -> list[Response]:
     """A response per request; with `features`, each carries the final hidden state at its last token."""
     out: list[Response] = []
-    B = self.batch_size
     for P, chunk in self._chunks(requests, lambda r: len(r.prompt_ids)):
-      prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P)
+      B = self.rows(len(chunk))
+      prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P, B)
       row_ids = np.zeros((B,), np.int32)
       row_ids[:len(chunk)] = [self.row_id(r) for r in chunk]
       active = np.arange(B) < len(chunk)  # filler rows start finished: decoding ends with the last request
@@ -141,9 +153,11 @@ class InferenceServer:
     B = self.batch_size
     return [(P, rs[i:i + B]) for P, rs in sorted(by_width.items()) for i in range(0, len(rs), B)]
 
-  def _left_padded(self, rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
-    tokens = np.full((self.batch_size, width), self.pad_id, np.int32)
-    mask = np.zeros((self.batch_size, width), bool)
+  def _left_padded(self, rows: list[list[int]], width: int, batch: Optional[int] = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    batch = batch or self.batch_size
+    tokens = np.full((batch, width), self.pad_id, np.int32)
+    mask = np.zeros((batch, width), bool)
     mask[:, -1] = True  # filler rows need one real token; their outputs are discarded
     for i, ids in enumerate(rows):
       ids = ids[-width:]

@@ -127,3 +127,25 @@ def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
   np.testing.assert_allclose(together[2].logprobs, np.asarray(direct.logprobs)[0, :n], atol=1e-5)
   with pytest.raises(ValueError, match="image tokens for 1 images"):
     layout.expand([1, 2, 3], [red])
+
+
+def test_min_rows_samples_a_call_on_the_fewest_rows_with_the_same_answers(server_and_params, monkeypatch):
+  """rollout.min_sampler_rows: a call holding few requests runs on a smaller batch (N, 2N, ... up to
+  batch_size) and answers them as the full batch does (the same tokens; log-probs equal up to rounding)."""
+  import dataclasses
+
+  server, params = server_and_params
+  small = dataclasses.replace(server, min_rows=2)
+  assert [small.rows(n) for n in (1, 2, 3, 4)] == [2, 2, 4, 4] and server.rows(1) == 4
+  rows = []
+  generate = sampling.generate
+  monkeypatch.setattr(sampling, "generate", lambda model, params, prompt, *a, **k: (
+      rows.append(prompt.shape[0]), generate(model, params, prompt, *a, **k))[1])
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:2] + TEXTS[3:4])]
+  full = server.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
+  fewer = small.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
+  assert rows == [4, 4, 2, 2]  # two calls each: 2 requests at width 64, the long one alone at width 128
+  for a, b in zip(full, fewer):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
