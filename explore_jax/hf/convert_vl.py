@@ -230,6 +230,12 @@ def load_params(hf_dir: str, config: VLConfig, *, mesh: Optional[Mesh] = None,
                              unused=lambda n: config.text.tie_embeddings and n == "lm_head.weight")
 
 
+def _text_token_ids(overrides: dict[str, Any]) -> dict[str, Any]:
+  """The text config's bos / eos ids: the tokenizer's (save_pretrained passes them), else none. transformers'
+  text configs otherwise default to the published models' ids, outside a small vocabulary."""
+  return {k: overrides.get(k) for k in ("bos_token_id", "eos_token_id")}
+
+
 def hf_config_dict(config: VLConfig, **overrides: Any) -> dict[str, Any]:
   """The config.json fields transformers needs to rebuild this model."""
   if config.family == "qwen3-vl":
@@ -245,7 +251,7 @@ def hf_config_dict(config: VLConfig, **overrides: Any) -> dict[str, Any]:
       "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
       "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
                           "mrope_section": list(t.mrope_section)},
-      "use_sliding_window": False, "tie_word_embeddings": t.tie_embeddings,
+      "use_sliding_window": False, "tie_word_embeddings": t.tie_embeddings, **_text_token_ids(overrides),
   }
   vision = {
       "model_type": "qwen2_5_vl_vision", "depth": v.depth, "hidden_size": v.hidden_size,
@@ -277,7 +283,7 @@ def _qwen3_config_dict(config: VLConfig, **overrides: Any) -> dict[str, Any]:
       "hidden_act": "silu", "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
       "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
                           "mrope_section": list(t.mrope_section), "mrope_interleaved": True},
-      "attention_bias": False, "tie_word_embeddings": t.tie_embeddings,
+      "attention_bias": False, "tie_word_embeddings": t.tie_embeddings, **_text_token_ids(overrides),
   }
   vision = {
       "model_type": "qwen3_vl_vision", "depth": v.depth, "hidden_size": v.hidden_size,
