@@ -105,12 +105,21 @@ def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int
       if seen.get(r.spec.seed, 0) >= per_task:
         continue
       seen[r.spec.seed] = seen.get(r.spec.seed, 0) + 1
-      steps = [{"observation": s.observation, "response": s.response_text, "task_reward": s.task_reward,
+      steps = [{"observation": _readable(s.observation), "response": s.response_text, "task_reward": s.task_reward,
                 "format_reward": s.format_reward, "feedback": str(s.info.get("feedback", ""))} for s in r.steps]
       f.write(json.dumps({"task": r.spec.seed, "episode": r.spec.episode_id, "success": bool(r.success),
                           "return": float(r.total_reward), "error": r.error, "steps": steps}, default=str) + "\n")
       n += 1
   return n
+
+
+def _readable(observation: Any) -> Any:
+  """An observation as a transcript shows it: text as is; arrays (a GUI world's screenshot) by their shape."""
+  if isinstance(observation, dict):
+    return {k: _readable(v) for k, v in observation.items()}
+  if isinstance(observation, np.ndarray):
+    return f"<array {'x'.join(map(str, observation.shape))} {observation.dtype}>"
+  return observation
 
 
 def powers_of_two(n: int) -> list[int]:
