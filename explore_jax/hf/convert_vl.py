@@ -72,11 +72,7 @@ def config_from_hf(hf_dir: str, *, param_dtype: str = "float32", dtype: Optional
   for part, act in (("text_config", t.hidden_act), ("vision_config", v.hidden_act)):
     if act != "silu":
       raise convert.UnsupportedCheckpointError(f"{where}: {part}.hidden_act={act!r}; only silu is supported")
-  rope = dict(t.rope_parameters or {})
-  if rope.get("rope_type", "default") != "default" or "mrope_section" not in rope:
-    raise convert.UnsupportedCheckpointError(f"{where}: text rope {rope} is not plain multimodal RoPE")
-  if not isinstance(v.patch_size, int) or not isinstance(v.temporal_patch_size, int):
-    raise convert.UnsupportedCheckpointError(f"{where}: non-square patch sizes are not supported")
+  rope = _mrope_parameters(t, v, where)
   heads = t.num_attention_heads
   text = ModelConfig(
       vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
@@ -97,6 +93,16 @@ def config_from_hf(hf_dir: str, *, param_dtype: str = "float32", dtype: Optional
                   vision_start_token_id=hf.vision_start_token_id, vision_end_token_id=hf.vision_end_token_id)
 
 
+def _mrope_parameters(t: Any, v: Any, where: str) -> dict[str, Any]:
+  """The text config's RoPE parameters, checked to be plain multimodal RoPE over a tower of square patches."""
+  rope = dict(t.rope_parameters or {})
+  if rope.get("rope_type", "default") != "default" or "mrope_section" not in rope:
+    raise convert.UnsupportedCheckpointError(f"{where}: text rope {rope} is not plain multimodal RoPE")
+  if not isinstance(v.patch_size, int) or not isinstance(v.temporal_patch_size, int):
+    raise convert.UnsupportedCheckpointError(f"{where}: non-square patch sizes are not supported")
+  return rope
+
+
 def _qwen3_config(hf: Any, where: str, param_dtype: str, dtype: str) -> VLConfig:
   t, v = hf.text_config, hf.vision_config
   if getattr(t, "attention_bias", False):
@@ -104,11 +110,7 @@ def _qwen3_config(hf: Any, where: str, param_dtype: str, dtype: str) -> VLConfig
   for part, act, want in (("text_config", t.hidden_act, "silu"), ("vision_config", v.hidden_act, "gelu_pytorch_tanh")):
     if act != want:
       raise convert.UnsupportedCheckpointError(f"{where}: {part}.hidden_act={act!r}; only {want} is supported")
-  rope = dict(t.rope_parameters or {})
-  if rope.get("rope_type", "default") != "default" or "mrope_section" not in rope:
-    raise convert.UnsupportedCheckpointError(f"{where}: text rope {rope} is not plain multimodal RoPE")
-  if not isinstance(v.patch_size, int) or not isinstance(v.temporal_patch_size, int):
-    raise convert.UnsupportedCheckpointError(f"{where}: non-square patch sizes are not supported")
+  rope = _mrope_parameters(t, v, where)
   heads = t.num_attention_heads
   try:
     # transformers' Qwen3-VL always interleaves the multimodal RoPE, whatever `mrope_interleaved` says.
@@ -238,63 +240,42 @@ def _text_token_ids(overrides: dict[str, Any]) -> dict[str, Any]:
 
 def hf_config_dict(config: VLConfig, **overrides: Any) -> dict[str, Any]:
   """The config.json fields transformers needs to rebuild this model."""
-  if config.family == "qwen3-vl":
-    return _qwen3_config_dict(config, **overrides)
   t, v = config.text, config.vision
-  if t.head_dim * t.num_heads != t.hidden_size or t.qk_norm or not t.qkv_bias or t.rope_type != "default":
-    raise ValueError("a Qwen2.5-VL language model has qkv biases, no q/k norms, plain (multimodal) RoPE and "
-                     f"head_dim = hidden_size / num_heads; got {t}")
-  text = {
-      "model_type": "qwen2_5_vl_text", "vocab_size": t.vocab_size, "hidden_size": t.hidden_size,
-      "intermediate_size": t.intermediate_size, "num_hidden_layers": t.num_layers,
-      "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads, "hidden_act": "silu",
-      "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
-      "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
-                          "mrope_section": list(t.mrope_section)},
-      "use_sliding_window": False, "tie_word_embeddings": t.tie_embeddings, **_text_token_ids(overrides),
-  }
-  vision = {
-      "model_type": "qwen2_5_vl_vision", "depth": v.depth, "hidden_size": v.hidden_size,
-      "intermediate_size": v.intermediate_size, "num_heads": v.num_heads, "out_hidden_size": v.out_hidden_size,
-      "in_channels": v.in_channels, "patch_size": v.patch_size, "temporal_patch_size": v.temporal_patch_size,
-      "spatial_merge_size": v.spatial_merge_size, "window_size": v.window_size,
-      "fullatt_block_indexes": list(v.fullatt_block_indexes), "hidden_act": "silu",
-      "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
-  }
-  d = {
-      "architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, "text_config": text, "vision_config": vision,
-      "image_token_id": config.image_token_id, "vision_start_token_id": config.vision_start_token_id,
-      "vision_end_token_id": config.vision_end_token_id, "tie_word_embeddings": t.tie_embeddings,
-      "dtype": t.param_dtype,
-  }
-  d.update(overrides)
-  return d
-
-
-def _qwen3_config_dict(config: VLConfig, **overrides: Any) -> dict[str, Any]:
-  t, v = config.text, config.vision
-  if not t.qk_norm or t.qkv_bias or t.rope_type != "default":
+  qwen3 = config.family == "qwen3-vl"
+  if qwen3 and (not t.qk_norm or t.qkv_bias or t.rope_type != "default"):
     raise ValueError("a Qwen3-VL language model has q/k norms, no qkv biases and plain (multimodal, interleaved) "
                      f"RoPE; got {t}")
+  if not qwen3 and (t.head_dim * t.num_heads != t.hidden_size or t.qk_norm or not t.qkv_bias
+                    or t.rope_type != "default"):
+    raise ValueError("a Qwen2.5-VL language model has qkv biases, no q/k norms, plain (multimodal) RoPE and "
+                     f"head_dim = hidden_size / num_heads; got {t}")
+  model_type = QWEN3_MODEL_TYPE if qwen3 else MODEL_TYPE
+  rope = {"rope_type": "default", "rope_theta": t.rope_theta, "mrope_section": list(t.mrope_section)}
   text = {
-      "model_type": "qwen3_vl_text", "vocab_size": t.vocab_size, "hidden_size": t.hidden_size,
+      "model_type": f"{model_type}_text", "vocab_size": t.vocab_size, "hidden_size": t.hidden_size,
       "intermediate_size": t.intermediate_size, "num_hidden_layers": t.num_layers,
-      "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads, "head_dim": t.head_dim,
-      "hidden_act": "silu", "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
-      "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
-                          "mrope_section": list(t.mrope_section), "mrope_interleaved": True},
-      "attention_bias": False, "tie_word_embeddings": t.tie_embeddings, **_text_token_ids(overrides),
+      "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads,
+      **({"head_dim": t.head_dim} if qwen3 else {}), "hidden_act": "silu",
+      "max_position_embeddings": t.max_position_embeddings, "rms_norm_eps": t.rms_norm_eps,
+      "rope_parameters": {**rope, "mrope_interleaved": True} if qwen3 else rope,
+      **({"attention_bias": False} if qwen3 else {"use_sliding_window": False}),
+      "tie_word_embeddings": t.tie_embeddings, **_text_token_ids(overrides),
   }
+  if qwen3:
+    tower = {"num_position_embeddings": v.num_position_embeddings,
+             "deepstack_visual_indexes": list(v.deepstack_visual_indexes), "hidden_act": "gelu_pytorch_tanh"}
+  else:
+    tower = {"window_size": v.window_size, "fullatt_block_indexes": list(v.fullatt_block_indexes),
+             "hidden_act": "silu"}
   vision = {
-      "model_type": "qwen3_vl_vision", "depth": v.depth, "hidden_size": v.hidden_size,
+      "model_type": f"{model_type}_vision", "depth": v.depth, "hidden_size": v.hidden_size,
       "intermediate_size": v.intermediate_size, "num_heads": v.num_heads, "out_hidden_size": v.out_hidden_size,
       "in_channels": v.in_channels, "patch_size": v.patch_size, "temporal_patch_size": v.temporal_patch_size,
-      "spatial_merge_size": v.spatial_merge_size, "num_position_embeddings": v.num_position_embeddings,
-      "deepstack_visual_indexes": list(v.deepstack_visual_indexes), "hidden_act": "gelu_pytorch_tanh",
+      "spatial_merge_size": v.spatial_merge_size, **tower,
       "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
   }
   d = {
-      "architectures": [QWEN3_ARCHITECTURE], "model_type": QWEN3_MODEL_TYPE, "text_config": text,
+      "architectures": [ARCHITECTURES[config.family]], "model_type": model_type, "text_config": text,
       "vision_config": vision, "image_token_id": config.image_token_id,
       "vision_start_token_id": config.vision_start_token_id, "vision_end_token_id": config.vision_end_token_id,
       "tie_word_embeddings": t.tie_embeddings, "dtype": t.param_dtype,

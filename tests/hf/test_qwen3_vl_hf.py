@@ -1,29 +1,26 @@
-"""Qwen3-VL import/export: logit parity with transformers' Qwen3VLForConditionalGeneration on prompts with images,
-its multimodal positions, learned position grid and image processor layout, bit-exact round trips."""
+"""Qwen3-VL import/export, its own: the learned position grid and image processor layout match transformers',
+our params exported load in Qwen3VLForConditionalGeneration, the published layout loads. (What both families
+keep, logit parity, multimodal positions and bit-exact round trips: test_vl_hf.py.)"""
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from explore_jax import hf
-from explore_jax.hf import convert, convert_vl, parity, safetensors_io
+from explore_jax.hf import convert, convert_vl, parity
 from explore_jax.images import ImageLayout
 from explore_jax.models import vision as vision_lib
-from explore_jax.models import vl as vl_lib
 from explore_jax.models.config import VL_PRESETS
 from explore_jax.models.vl import VLModel
+from tests.hf import vl_checkpoints
+from tests.hf.vl_checkpoints import checkpoints  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch", reason="PyTorch (a dev extra) is the parity reference")
 transformers = pytest.importorskip("transformers")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The tiny tokenizer's vision tokens (hf.tiny_vl_tokenizer) and a vocabulary padded past them.
-TOKENS = dict(vision_start_token_id=4096, vision_end_token_id=4097, image_token_id=4098, video_token_id=4099)
 # preprocessor_config.json of the published Qwen3-VL checkpoints (2B to 32B alike).
 QWEN3_VL_PREPROCESSOR = {
     "size": {"longest_edge": 16_777_216, "shortest_edge": 65_536}, "patch_size": 16, "temporal_patch_size": 2,
@@ -31,78 +28,14 @@ QWEN3_VL_PREPROCESSOR = {
     "processor_class": "Qwen3VLProcessor", "image_processor_type": "Qwen2VLImageProcessorFast"}
 
 
-def make_qwen3_vl_checkpoint(directory, seed: int = 0, tie: bool = False) -> str:
-  """A random transformers Qwen3-VL: a 3-block tower with 4-pixel patches, a 6 x 6 learned position grid and
-  DeepStack after blocks 0 and 2; a 3-layer language model whose head_dim (24) is not hidden / heads, with
-  the 12 rotary frequencies interleaved 4/4/4. Saved with the tiny-vl tokenizer. The weights are large enough
-  that a wrong transpose, RoPE layout, position resampling or DeepStack step shows far above the tolerance."""
-  torch.manual_seed(seed)
-  config = transformers.Qwen3VLConfig(
-      text_config=dict(vocab_size=4104, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
-                       max_position_embeddings=512,
-                       rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "mrope_section": [4, 4, 4],
-                                        "mrope_interleaved": True}),
-      vision_config=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
-                         patch_size=4, num_position_embeddings=36, deepstack_visual_indexes=[0, 2]),
-      tie_word_embeddings=tie, **TOKENS)
-  model = transformers.Qwen3VLForConditionalGeneration(config)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if "norm" in name and name.endswith("weight"):
-        p.uniform_(0.5, 1.5)
-      else:
-        p.normal_(0.0, 0.1)
-  model.save_pretrained(directory)
-  hf.tiny_vl_tokenizer().save_pretrained(directory)
-  return str(directory)
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-  return make_qwen3_vl_checkpoint(tmp_path_factory.mktemp("qwen3vl"))
+def checkpoint(checkpoints):
+  return checkpoints("qwen3-vl")
 
 
 @pytest.fixture(scope="module")
 def reference(checkpoint):
-  model = transformers.Qwen3VLForConditionalGeneration.from_pretrained(checkpoint, local_files_only=True)
-  return model.eval()
-
-
-@pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_logits_match_transformers_with_images(checkpoint, padding_side):
-  """One batch: images of 10 x 6 and 14 x 6 patches (taller than the 6 x 6 position grid) in the middle of the
-  first and third prompts, the others text only, padded."""
-  config = convert_vl.config_from_hf(checkpoint)
-  assert config.family == "qwen3-vl" and config.text.mrope_interleaved and config.text.head_dim == 24
-  diffs = parity.max_logit_diffs(checkpoint, padding_side=padding_side)
-  assert len(diffs) == 4 and max(diffs) <= 1e-4, diffs
-
-
-def test_text_only_prompt_matches_transformers(checkpoint, reference):
-  pre = hf.load_pretrained(checkpoint)
-  ids = pre.tokenizer("You are in a kitchen. There is a key on the table.", add_special_tokens=False)["input_ids"]
-  tokens = np.asarray([ids], np.int32)
-  ours = pre.model.apply(pre.params, tokens, np.arange(len(ids))[None]).logits
-  with torch.no_grad():
-    ref = reference(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits.numpy()
-  assert np.abs(np.asarray(ours) - ref).max() <= 1e-4
-
-
-def test_mrope_positions_match_get_rope_index(checkpoint, reference):
-  config = convert_vl.config_from_hf(checkpoint)
-  grids = np.array([[1, 6, 10], [1, 4, 4], [1, 2, 8]])
-  rows = [[1, 2] + vl_lib.image_tokens(grids[0], config) + [3] + vl_lib.image_tokens(grids[1], config) + [4, 5],
-          [6, 7, 8],
-          vl_lib.image_tokens(grids[2], config) + [9]]
-  tokens, mask = parity.pad_rows(rows, 0)
-  ours, deltas = vl_lib.mrope_positions(tokens, mask, grids, config)
-  ids = torch.from_numpy(tokens.astype(np.int64))
-  ref, ref_deltas = reference.model.get_rope_index(ids, (ids == config.image_token_id).int(),
-                                                   image_grid_thw=torch.from_numpy(grids),
-                                                   attention_mask=torch.from_numpy(mask.astype(np.int64)))
-  np.testing.assert_array_equal(ours[mask], ref.numpy().transpose(1, 2, 0)[mask])
-  np.testing.assert_array_equal(deltas, ref_deltas.numpy().ravel())
+  return vl_checkpoints.reference("qwen3-vl", checkpoint)
 
 
 def test_position_embedding_matches_transformers_resampling(checkpoint, reference):
@@ -158,23 +91,6 @@ def test_image_layout_matches_the_qwen3_vl_image_processor(tmp_path):
       np.testing.assert_allclose(patches, out["pixel_values"], atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_export_reimport_is_bit_exact(tmp_path, dtype):
-  src = make_qwen3_vl_checkpoint(tmp_path / "src", seed=1, tie=True)
-  pre = hf.load_pretrained(src, param_dtype=dtype)
-  assert isinstance(pre.model, VLModel) and pre.config.text.tie_embeddings
-  out = hf.save_pretrained(tmp_path / "out", pre.config, pre.params, pre.tokenizer)
-  again = hf.load_pretrained(out, param_dtype=dtype)
-  assert again.config == pre.config
-  for a, b in zip(jax.tree.leaves(pre.params), jax.tree.leaves(again.params)):
-    assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
-  if dtype == "float32":  # transformers' own tensors come back unchanged, name for name
-    src_r, out_r = safetensors_io.CheckpointReader(src), safetensors_io.CheckpointReader(out)
-    assert sorted(src_r.keys()) == sorted(out_r.keys())
-    for name in src_r.keys():
-      assert np.array_equal(src_r.get(name), out_r.get(name)), name
-
-
 def test_our_params_exported_load_in_transformers_with_same_logits(tmp_path):
   """tiny-qwen3-vl (16-pixel patches, the 48 x 48 position grid) with large random weights drawn by us, saved by
   save_pretrained: transformers loads the directory and computes our logits."""
@@ -206,24 +122,17 @@ def test_tiny_qwen3_vl_is_a_built_in_checkpoint(tmp_path, monkeypatch):
 def test_flat_tensor_names_and_published_config_layout_load(tmp_path, checkpoint):
   """Tensors named without transformers' in-memory prefixes (model., visual.), and config.json as the published
   checkpoints write it (rope_scaling and rope_theta in text_config, the vision model_type 'qwen3_vl')."""
-  reader = safetensors_io.CheckpointReader(checkpoint)
-  renamed = {n: n.replace("model.language_model.", "model.", 1).replace("model.visual.", "visual.", 1)
-             for n in reader.keys()}
-  entries = [(renamed[n], reader.get(n).shape, reader.get(n).dtype) for n in reader.keys()]
-  by_new = {v: k for k, v in renamed.items()}
-  safetensors_io.write_checkpoint(str(tmp_path), entries, lambda n: np.asarray(reader.get(by_new[n])), 2**30)
-  raw = json.load(open(os.path.join(checkpoint, "config.json")))
-  rope = raw["text_config"].pop("rope_parameters")
-  raw["text_config"]["rope_theta"] = rope.pop("rope_theta")
-  raw["text_config"]["rope_scaling"] = rope
-  raw["vision_config"]["model_type"] = "qwen3_vl"
-  with open(os.path.join(tmp_path, "config.json"), "w") as f:
-    json.dump(raw, f)
-  config = convert_vl.config_from_hf(str(tmp_path))
-  assert config == convert_vl.config_from_hf(checkpoint)
-  got, want = convert_vl.load_params(str(tmp_path), config), convert_vl.load_params(checkpoint, config)
-  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+  def published(raw):
+    rope = raw["text_config"].pop("rope_parameters")
+    raw["text_config"]["rope_theta"] = rope.pop("rope_theta")
+    raw["text_config"]["rope_scaling"] = rope
+    raw["vision_config"]["model_type"] = "qwen3_vl"
+    return raw
+
+  vl_checkpoints.assert_relaid_out_checkpoint_loads_the_same(
+      checkpoint, str(tmp_path),
+      lambda n: n.replace("model.language_model.", "model.", 1).replace("model.visual.", "visual.", 1), published)
 
 
 def test_errors_name_the_problem(tmp_path, checkpoint):
@@ -243,12 +152,3 @@ def test_errors_name_the_problem(tmp_path, checkpoint):
   config = convert_vl.config_from_hf(checkpoint)
   with pytest.raises(ValueError, match="q/k norms, no qkv biases"):
     convert_vl.hf_config_dict(config.replace(text=config.text.replace(qkv_bias=True)))
-
-
-def test_check_hf_script_reports_parity_of_a_qwen3_vl_checkpoint(checkpoint):
-  env = {**os.environ, "PYTHONPATH": REPO}  # this checkout's explore_jax, whichever one the environment installed
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "check_hf.py"), f"--hf_dir={checkpoint}"],
-                       capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
-  assert run.returncode == 0, run.stderr[-2000:]
-  last = run.stdout.strip().splitlines()[-1]
-  assert last.startswith("max_abs_logit_diff=") and float(last.split("=")[1]) <= 1e-4

@@ -1,5 +1,6 @@
-"""Qwen2.5-VL import/export: logit parity with transformers' Qwen2_5_VLForConditionalGeneration on prompts with
-images, its multimodal positions, windows and image processor layout, bit-exact round trips."""
+"""Vision-language import/export: what both families keep (logit parity with transformers on prompts with images
+and text only, multimodal positions, bit-exact round trips, check_hf), and Qwen2.5-VL's own windows, image
+processor layout and published layout. (Qwen3-VL's own: test_qwen3_vl_hf.py.)"""
 
 import json
 import os
@@ -16,63 +17,47 @@ from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 from explore_jax.models.config import VL_PRESETS, VisionConfig
 from explore_jax.models.vl import VLModel
+from tests.hf.vl_checkpoints import (FAMILIES, MAKERS, REPO, assert_relaid_out_checkpoint_loads_the_same,
+                                     reference)
+from tests.hf.vl_checkpoints import checkpoints  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch", reason="PyTorch (a dev extra) is the parity reference")
 transformers = pytest.importorskip("transformers")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The tiny tokenizer's vision tokens (hf.tiny_vl_tokenizer) and a vocabulary padded past them.
-TOKENS = dict(vision_start_token_id=4096, vision_end_token_id=4097, image_token_id=4098, video_token_id=4099)
-
-
-def make_vl_checkpoint(directory, seed: int = 0, tie: bool = False) -> str:
-  """A random transformers Qwen2.5-VL with a 3-block tower (block 1 full attention, the others windows of 2 x 2
-  merged tokens), saved with the tiny-vl tokenizer. The weights are large enough that a wrong transpose, RoPE
-  layout or window shows far above the tolerance."""
-  torch.manual_seed(seed)
-  config = transformers.Qwen2_5_VLConfig(
-      text_config=dict(vocab_size=4104, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, max_position_embeddings=512,
-                       rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "mrope_section": [2, 3, 3]}),
-      vision_config=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
-                         patch_size=4, window_size=16, fullatt_block_indexes=[1]),
-      tie_word_embeddings=tie, **TOKENS)
-  model = transformers.Qwen2_5_VLForConditionalGeneration(config)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if "norm" in name or "ln_q" in name:
-        p.uniform_(0.5, 1.5)
-      else:
-        p.normal_(0.0, 0.1)
-  model.save_pretrained(directory)
-  hf.tiny_vl_tokenizer().save_pretrained(directory)
-  return str(directory)
-
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-  return make_vl_checkpoint(tmp_path_factory.mktemp("vl"))
+def checkpoint(checkpoints):
+  return checkpoints("qwen2.5-vl")
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_logits_match_transformers_with_images(checkpoint, padding_side):
-  """One batch: images in the middle of the first and third prompts, the others text only, padded."""
+def test_logits_match_transformers_with_images(checkpoints, family, padding_side):
+  """One batch: images in the middle of the first and third prompts (Qwen3-VL's 10 x 6 and 14 x 6 patches,
+  taller than its 6 x 6 position grid), the others text only, padded."""
+  checkpoint = checkpoints(family)
+  if family == "qwen3-vl":
+    config = convert_vl.config_from_hf(checkpoint)
+    assert config.family == "qwen3-vl" and config.text.mrope_interleaved and config.text.head_dim == 24
   diffs = parity.max_logit_diffs(checkpoint, padding_side=padding_side)
   assert len(diffs) == 4 and max(diffs) <= 1e-4, diffs
 
 
-def test_text_only_prompt_matches_transformers(checkpoint):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_text_only_prompt_matches_transformers(checkpoints, family):
+  checkpoint = checkpoints(family)
   pre = hf.load_pretrained(checkpoint)
   ids = pre.tokenizer("You are in a kitchen. There is a key on the table.", add_special_tokens=False)["input_ids"]
   tokens = np.asarray([ids], np.int32)
   ours = pre.model.apply(pre.params, tokens, np.arange(len(ids))[None]).logits
-  ref_model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(checkpoint, local_files_only=True)
   with torch.no_grad():
-    ref = ref_model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits.numpy()
+    ref = reference(family, checkpoint)(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits.numpy()
   assert np.abs(np.asarray(ours) - ref).max() <= 1e-4
 
 
-def test_mrope_positions_match_get_rope_index(checkpoint):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_mrope_positions_match_get_rope_index(checkpoints, family):
+  checkpoint = checkpoints(family)
   config = convert_vl.config_from_hf(checkpoint)
   grids = np.array([[1, 6, 10], [1, 4, 4], [1, 2, 8]])
   rows = [[1, 2] + vl_lib.image_tokens(grids[0], config) + [3] + vl_lib.image_tokens(grids[1], config) + [4, 5],
@@ -80,11 +65,10 @@ def test_mrope_positions_match_get_rope_index(checkpoint):
           vl_lib.image_tokens(grids[2], config) + [9]]
   tokens, mask = parity.pad_rows(rows, 0)
   ours, deltas = vl_lib.mrope_positions(tokens, mask, grids, config)
-  ref_model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(checkpoint, local_files_only=True)
   ids = torch.from_numpy(tokens.astype(np.int64))
-  ref, ref_deltas = ref_model.model.get_rope_index(ids, (ids == config.image_token_id).int(),
-                                                   image_grid_thw=torch.from_numpy(grids),
-                                                   attention_mask=torch.from_numpy(mask.astype(np.int64)))
+  ref, ref_deltas = reference(family, checkpoint).model.get_rope_index(
+      ids, (ids == config.image_token_id).int(), image_grid_thw=torch.from_numpy(grids),
+      attention_mask=torch.from_numpy(mask.astype(np.int64)))
   np.testing.assert_array_equal(ours[mask], ref.numpy().transpose(1, 2, 0)[mask])
   np.testing.assert_array_equal(deltas, ref_deltas.numpy().ravel())
 
@@ -125,9 +109,10 @@ def test_patchify_matches_the_image_processor():
   np.testing.assert_allclose(patches, out["pixel_values"], atol=1e-6)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_export_reimport_is_bit_exact(tmp_path, dtype):
-  src = make_vl_checkpoint(tmp_path / "src", seed=1, tie=True)
+def test_export_reimport_is_bit_exact(tmp_path, family, dtype):
+  src = MAKERS[family](tmp_path / "src", seed=1, tie=True)
   pre = hf.load_pretrained(src, param_dtype=dtype)
   assert isinstance(pre.model, VLModel) and pre.config.text.tie_embeddings
   out = hf.save_pretrained(tmp_path / "out", pre.config, pre.params, pre.tokenizer)
@@ -153,25 +138,17 @@ def test_tiny_vl_export_loads_in_transformers_with_same_logits(tmp_path, monkeyp
 def test_in_memory_tensor_names_and_published_config_layout_load(tmp_path, checkpoint):
   """Tensors named as transformers' modules are in memory (model.language_model., model.visual.), and the flat
   config.json of published checkpoints (text fields at the top, rope_scaling of type mrope, in_chans)."""
-  reader = safetensors_io.CheckpointReader(checkpoint)
-  renamed = {n: n.replace("model.", "model.language_model.", 1).replace("visual.", "model.visual.", 1)
-             for n in reader.keys()}
-  entries = [(renamed[n], reader.get(n).shape, reader.get(n).dtype) for n in reader.keys()]
-  by_new = {v: k for k, v in renamed.items()}
-  safetensors_io.write_checkpoint(str(tmp_path), entries, lambda n: np.asarray(reader.get(by_new[n])), 2**30)
-  raw = json.load(open(os.path.join(checkpoint, "config.json")))
-  text, vision = raw.pop("text_config"), raw.pop("vision_config")
-  rope = text.pop("rope_parameters")
-  vision["in_chans"] = vision.pop("in_channels")
-  flat = {**raw, **text, "model_type": "qwen2_5_vl", "rope_theta": rope["rope_theta"],
-          "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}, "vision_config": vision}
-  with open(os.path.join(tmp_path, "config.json"), "w") as f:
-    json.dump(flat, f)
-  config = convert_vl.config_from_hf(str(tmp_path))
-  assert config == convert_vl.config_from_hf(checkpoint)
-  got, want = convert_vl.load_params(str(tmp_path), config), convert_vl.load_params(checkpoint, config)
-  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+  def flat(raw):
+    text, vision = raw.pop("text_config"), raw.pop("vision_config")
+    rope = text.pop("rope_parameters")
+    vision["in_chans"] = vision.pop("in_channels")
+    return {**raw, **text, "model_type": "qwen2_5_vl", "rope_theta": rope["rope_theta"],
+            "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}, "vision_config": vision}
+
+  assert_relaid_out_checkpoint_loads_the_same(
+      checkpoint, str(tmp_path),
+      lambda n: n.replace("model.", "model.language_model.", 1).replace("visual.", "model.visual.", 1), flat)
 
 
 def test_errors_name_the_problem(tmp_path, checkpoint):
@@ -187,9 +164,12 @@ def test_errors_name_the_problem(tmp_path, checkpoint):
     convert_vl.hf_config_dict(config.replace(text=config.text.replace(qk_norm=True)))
 
 
-def test_check_hf_script_reports_parity_of_a_vl_checkpoint(checkpoint):
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "check_hf.py"), f"--hf_dir={checkpoint}"],
-                       capture_output=True, text=True, timeout=300, cwd=REPO)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_check_hf_script_reports_parity_of_a_vl_checkpoint(checkpoints, family):
+  env = {**os.environ, "PYTHONPATH": REPO}  # this checkout's explore_jax, whichever one the environment installed
+  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "check_hf.py"),
+                        f"--hf_dir={checkpoints(family)}"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env=env)
   assert run.returncode == 0, run.stderr[-2000:]
   last = run.stdout.strip().splitlines()[-1]
   assert last.startswith("max_abs_logit_diff=") and float(last.split("=")[1]) <= 1e-4
