@@ -182,7 +182,7 @@ def test_vl_adapters_adapt_the_language_model_and_load_in_peft_with_our_logits(t
   from explore_jax.hf import parity
   from explore_jax.models import vision as vision_lib
   from explore_jax.models import vl as vl_lib
-  from tests.hf.test_vl_hf import make_vl_checkpoint
+  from tests.hf.vl_checkpoints import make_vl_checkpoint
 
   base_dir = make_vl_checkpoint(tmp_path / "base")
   pre = hf.load_pretrained(base_dir)
