@@ -139,23 +139,13 @@ def _qwen3_config(hf: Any, where: str, param_dtype: str, dtype: str) -> VLConfig
 def _vision_mapping(c: VisionConfig) -> convert.Mapping:
   if c.family == "qwen3-vl":
     return _qwen3_vision_mapping(c)
-  E, H, D, C, T, P = c.hidden_size, c.num_heads, c.head_dim, c.in_channels, c.temporal_patch_size, c.patch_size
   same = (lambda w: w, lambda w: w)
   t = (lambda w: w.T, lambda w: w.T)
   blk = "visual.blocks.{i}"
   return {
-      # A Conv3d whose stride is its kernel: a linear map of each flattened (channel, frame, row, column) patch.
-      ("vision", "patch_embed"): ("visual.patch_embed.proj.weight", lambda w: w.reshape(E, C * T * P * P).T,
-                                  lambda w: w.T.reshape(E, C, T, P, P)),
+      **_patch_and_attention(c),
       ("vision", "layers", "norm1"): (f"{blk}.norm1.weight", *same),
       ("vision", "layers", "norm2"): (f"{blk}.norm2.weight", *same),
-      ("vision", "layers", "qkv"): (f"{blk}.attn.qkv.weight", lambda w: w.T.reshape(E, 3, H, D),
-                                    lambda w: w.reshape(E, 3 * H * D).T),
-      ("vision", "layers", "qkv_bias"): (f"{blk}.attn.qkv.bias", lambda w: w.reshape(3, H, D),
-                                         lambda w: w.reshape(3 * H * D)),
-      ("vision", "layers", "o"): (f"{blk}.attn.proj.weight", lambda w: w.reshape(E, H, D).transpose(1, 2, 0),
-                                  lambda w: w.transpose(2, 0, 1).reshape(E, H * D)),
-      ("vision", "layers", "o_bias"): (f"{blk}.attn.proj.bias", *same),
       **{("vision", "layers", name): (f"{blk}.mlp.{name}_proj.weight", *t) for name in ("gate", "up", "down")},
       **{("vision", "layers", f"{name}_bias"): (f"{blk}.mlp.{name}_proj.bias", *same)
          for name in ("gate", "up", "down")},
@@ -167,8 +157,25 @@ def _vision_mapping(c: VisionConfig) -> convert.Mapping:
   }
 
 
-def _qwen3_vision_mapping(c: VisionConfig) -> convert.Mapping:
+def _patch_and_attention(c: VisionConfig) -> convert.Mapping:
+  """What both towers name alike: the patch embedding and each block's attention."""
   E, H, D, C, T, P = c.hidden_size, c.num_heads, c.head_dim, c.in_channels, c.temporal_patch_size, c.patch_size
+  blk = "visual.blocks.{i}"
+  return {
+      # A Conv3d whose stride is its kernel: a linear map of each flattened (channel, frame, row, column) patch.
+      ("vision", "patch_embed"): ("visual.patch_embed.proj.weight", lambda w: w.reshape(E, C * T * P * P).T,
+                                  lambda w: w.T.reshape(E, C, T, P, P)),
+      ("vision", "layers", "qkv"): (f"{blk}.attn.qkv.weight", lambda w: w.T.reshape(E, 3, H, D),
+                                    lambda w: w.reshape(E, 3 * H * D).T),
+      ("vision", "layers", "qkv_bias"): (f"{blk}.attn.qkv.bias", lambda w: w.reshape(3, H, D),
+                                         lambda w: w.reshape(3 * H * D)),
+      ("vision", "layers", "o"): (f"{blk}.attn.proj.weight", lambda w: w.reshape(E, H, D).transpose(1, 2, 0),
+                                  lambda w: w.transpose(2, 0, 1).reshape(E, H * D)),
+      ("vision", "layers", "o_bias"): (f"{blk}.attn.proj.bias", lambda w: w, lambda w: w),
+  }
+
+
+def _qwen3_vision_mapping(c: VisionConfig) -> convert.Mapping:
   same = (lambda w: w, lambda w: w)
   t = (lambda w: w.T, lambda w: w.T)
   blk = "visual.blocks.{i}"
@@ -184,19 +191,11 @@ def _qwen3_vision_mapping(c: VisionConfig) -> convert.Mapping:
     }
 
   m = {
-      ("vision", "patch_embed"): ("visual.patch_embed.proj.weight", lambda w: w.reshape(E, C * T * P * P).T,
-                                  lambda w: w.T.reshape(E, C, T, P, P)),
+      **_patch_and_attention(c),
       ("vision", "patch_embed_bias"): ("visual.patch_embed.proj.bias", *same),
       ("vision", "pos_embed"): ("visual.pos_embed.weight", *same),
       **{("vision", "layers", f"norm{n}"): (f"{blk}.norm{n}.weight", *same) for n in (1, 2)},
       **{("vision", "layers", f"norm{n}_bias"): (f"{blk}.norm{n}.bias", *same) for n in (1, 2)},
-      ("vision", "layers", "qkv"): (f"{blk}.attn.qkv.weight", lambda w: w.T.reshape(E, 3, H, D),
-                                    lambda w: w.reshape(E, 3 * H * D).T),
-      ("vision", "layers", "qkv_bias"): (f"{blk}.attn.qkv.bias", lambda w: w.reshape(3, H, D),
-                                         lambda w: w.reshape(3 * H * D)),
-      ("vision", "layers", "o"): (f"{blk}.attn.proj.weight", lambda w: w.reshape(E, H, D).transpose(1, 2, 0),
-                                  lambda w: w.transpose(2, 0, 1).reshape(E, H * D)),
-      ("vision", "layers", "o_bias"): (f"{blk}.attn.proj.bias", *same),
       **{("vision", "layers", name): (f"{blk}.mlp.linear_{name}.weight", *t) for name in ("fc1", "fc2")},
       **{("vision", "layers", f"{name}_bias"): (f"{blk}.mlp.linear_{name}.bias", *same) for name in ("fc1", "fc2")},
       **merger(("vision", "merger"), "visual.merger"),
