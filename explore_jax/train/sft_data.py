@@ -60,17 +60,16 @@ def write_demonstrations(path: str, demos: Iterable[dict[str, Any]]) -> int:
   from PIL import Image
 
   tmp = f"{path}.tmp"
-  image_dir = f"{path}.images"
+  root = os.path.dirname(os.path.abspath(path))
+  image_dir = os.path.basename(path) + ".images"  # beside the file; names in the file are relative to it
   n = 0
   with open(tmp, "w") as f:
     for d in demos:
       if d.get("images"):
-        os.makedirs(image_dir, exist_ok=True)
-        names = []
-        for k, image in enumerate(d["images"]):
-          names.append(os.path.join(os.path.basename(image_dir), f"{n:06d}_{k}.png"))
-          Image.fromarray(np.asarray(image, np.uint8)).save(os.path.join(os.path.dirname(os.path.abspath(path)),
-                                                                         names[-1]))
+        os.makedirs(os.path.join(root, image_dir), exist_ok=True)
+        names = [os.path.join(image_dir, f"{n:06d}_{k}.png") for k in range(len(d["images"]))]
+        for name, image in zip(names, d["images"]):
+          Image.fromarray(np.asarray(image, np.uint8)).save(os.path.join(root, name))
         d = {**d, "images": names}
       f.write(json.dumps(d) + "\n")
       n += 1
