@@ -17,6 +17,11 @@ SEEDS = 1
 
 ARMS = tuple((f"{method}_{world}", f"configs/{method}_{world}.py", ())
              for world in ("twx", "alfworld") for method in ("gigpo", "grpo"))
+# The first TWX arm trained on a pool of 64 games and gained on them, not on held-out games. Here every group
+# draws a fresh training game (no game recurs, so nothing can be learnt about one game in particular, and
+# there is no held-in set), and success is read on 64 held-out games instead of 32.
+ARMS += (("gigpo_twx_fresh", "configs/gigpo_twx.py",
+          ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64")),)
 
 
 def get_protocol() -> dict:

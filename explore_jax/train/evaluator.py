@@ -55,8 +55,11 @@ class Evaluator:
     if held_out:
       env_kwargs.update(c.eval.get("env_kwargs", {}))
       seeds = [c.eval.seed_offset + i for i in range(c.eval.passk_held_out_tasks)]
-    else:
+    elif c.rollout.task_pool:
       seeds = list(range(c.rollout.task_pool))
+    else:
+      raise ValueError("rollout.task_pool is 0 (a fresh training task per group), so there is no held-in task set "
+                       "to evaluate; evaluate the held-out set, or set rollout.task_pool")
     n = c.eval.passk_samples
     specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
                          env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
@@ -71,9 +74,10 @@ class Evaluator:
     return evaluation.summarize(label, results)
 
   def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:
-    """pass@k on the training tasks, then on the held-out tasks."""
-    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held)
-            for split, held in (("train", False), ("held-out", True))]
+    """pass@k on the training tasks, then on the held-out tasks; the held-out tasks alone when training draws
+    a fresh task per group (rollout.task_pool 0: no task recurs, so there is no held-in set)."""
+    splits = (("train", False), ("held-out", True)) if self.config.rollout.task_pool else (("held-out", True),)
+    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held) for split, held in splits]
 
   def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
                            log: Callable[[str], None] = print, *, write: bool = True) -> None:
@@ -88,7 +92,7 @@ class Evaluator:
     path = os.path.join(workdir, WARM_PASS_AT_K)
     cache = os.path.join(hf.cache_root(), "pass_at_k", config_hash(
         warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
-        c.get("instruction", ""), c.get("system_prompt")) + ".json")
+        c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool) + ".json")  # task_pool: the held-in set
     cached = c.sft.enabled and jax.process_count() == 1
     if cached and os.path.exists(cache):
       shutil.copyfile(cache, path)

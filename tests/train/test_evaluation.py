@@ -46,3 +46,47 @@ def test_summarize_groups_by_task_and_counts_distinct_outcomes():
   text = evaluation.table([e], [1, 2])
   assert "| x | 2 | 2 | 0.250 | 0.500 | 1 | 2.00 |" in text
   assert evaluation.powers_of_two(16) == [1, 2, 4, 8, 16]
+
+
+class _Server:
+  def bind(self, params, key, sampling_params, iteration):
+    return None, None
+
+
+class _Pool:
+  """Plays every episode as a success on even seeds; records the seeds it was asked for."""
+
+  def __init__(self):
+    self.seeds = []
+
+  def run(self, specs, policy_fn, embed_fn=None, on_result=None):
+    self.seeds.append(sorted({s.seed for s in specs}))
+    results = [EpisodeResult(spec=s, steps=[], success=s.seed % 2 == 0, total_reward=0.0, feedback="")
+               for s in specs]
+    for r in results:
+      on_result(r)
+    return results, {}
+
+
+@pytest.mark.parametrize("task_pool", [3, 0])
+def test_pass_at_k_sets_have_no_held_in_set_when_every_group_draws_a_fresh_task(task_pool):
+  """rollout.task_pool N: the held-in set is seeds 0..N-1, then the held-out set; 0 (a fresh task per group):
+  no task recurs, so the held-out set alone, and asking for the held-in one is a clear error."""
+  import jax
+  import ml_collections
+
+  from explore_jax.train.evaluator import Evaluator
+
+  config = ml_collections.ConfigDict({
+      "env": {"id": "explore_jax/KeyDoor-v0", "kwargs": {}}, "rollout": {"task_pool": task_pool},
+      "eval": {"env_kwargs": {}, "seed_offset": 100, "passk_held_out_tasks": 2, "passk_samples": 2}})
+  evaluator, pool = Evaluator(config, _Server(), None, jax.random.key(0)), _Pool()
+  sets = evaluator.pass_at_k_sets(pool, None, "trained")
+  held_out = ("trained / held-out", [100, 101])
+  expected = [("trained / train", list(range(task_pool))), held_out] if task_pool else [held_out]
+  assert [(s.label, list(s.task_ids)) for s in sets] == expected
+  assert pool.seeds == [seeds for _, seeds in expected]
+  assert [list(s.successes) for s in sets][-1] == [2, 0]
+  if not task_pool:
+    with pytest.raises(ValueError, match="task_pool is 0"):
+      evaluator.pass_at_k(pool, None, label="trained / train", held_out=False)
