@@ -162,7 +162,8 @@ class ActorPool:
     max_restarts: actor replacements allowed in one run before it raises RuntimeError.
     start_timeout_s: how long a (re)started actor may take to load the tokenizer and say hello.
     batch_wait_s: after the first request of a batch, how long to wait for more while actors are busy
-      (0: take what has arrived; larger batches, less overlap).
+      (0: take what has arrived; larger batches, less overlap; inf: until no actor owes an answer, i.e.
+      lock-step rounds, still bounded by episode_timeout_s for a hung actor).
     image_layout: how a vision-language policy lays images out (explore_jax/images.py); prompts with images
       need it.
   """

@@ -98,7 +98,8 @@ class Evaluator:
       shutil.copyfile(cache, path)
       log(f"[pass@k] warm start: reused {cache}")
       return
-    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each training and held-out task")
+    sets = "training and held-out task" if c.rollout.task_pool else "held-out task"
+    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {sets}")
     sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")]
     if not write:
       return
