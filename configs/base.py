@@ -68,7 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.num_tasks = 8        # B
   c.rollout.task_pool = 0        # 0: a fresh task seed per group; N: tasks are seeds 0..N-1 (a held-in set)
   c.rollout.group_size = 8       # G: trajectories per task (the GRPO group)
-  c.rollout.num_actors = 2
+  c.rollout.num_actors = 2       # per process: each process of a multi-host run plays its share of the episodes
   c.rollout.envs_per_actor = 8
   c.rollout.max_prompt_tokens = 128
   c.rollout.max_new_tokens = 16
@@ -80,8 +80,9 @@ def get_config() -> ml_collections.ConfigDict:
   # inf: until every busy actor has spoken, so each call holds every live episode's request of the round (make
   # run's coding setup: rows filled 54% against 34% at 0; benchmarks/README.md). A hung actor still times out.
   c.rollout.batch_wait_s = float("inf")
-  c.rollout.min_sampler_rows = 0   # 0: every sampling call has num_actors x envs_per_actor rows; N: the fewest of
-                                   # N, 2N, 4N, ... that hold its requests (less work, more compiled shapes)
+  c.rollout.min_sampler_rows = 0   # 0: every sampling call has num_actors x envs_per_actor (x processes) rows;
+                                   # N: the fewest of N, 2N, 4N, ... that hold its requests (less work, more
+                                   # compiled shapes)
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

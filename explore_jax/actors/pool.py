@@ -30,6 +30,28 @@ RuntimeError, as does an actor that cannot start. When `run` raises (that, an ex
 or `embed_fn`, or an EmbedRequest when there is no `embed_fn`), the actors abandon the run's episodes
 (CancelEpisodes) and the pool serves the next run with the same processes.
 
+Multi-process runs. In a multi-host run every process has its own pool (its own actors on its own host)
+and the sampler is one SPMD program: every process must call `policy_fn` and `embed_fn` with the same
+requests, in the same order, the same number of times. A pool given an `exchange` (an object with
+process_index, process_count and allgather(obj) -> [each process's obj], e.g. explore_jax/parallel/
+exchange.py's ProcessExchange; the pool itself stays free of jax) plays only its process's share of the
+specs, the specs at positions i with i % process_count == process_index (so every process plays about 1/P
+of every task group), and runs in rounds:
+
+  1. hand out specs and collect what its own actors asked for (as above, but waiting at most
+     `round_wait_s` for a first message: other processes may be waiting on this one);
+  2. exchange the pending requests and a "my share is finished" flag with every process (allgather);
+  3. call `embed_fn` and then `policy_fn` on the union of every process's requests, sorted by
+     (episode_id, step) (so every process makes the same calls), and hand its own actors their answers.
+
+The rounds end when every share is finished (no request can then be pending anywhere). The results are
+then exchanged, so every process returns all of them (and calls `on_result` for another process's results
+once its own are all in), and the metrics count every process's episodes, drops and restarts. A sample
+is keyed by (episode, step) (train/inference.py), so it does not depend on which process or round asked.
+Restarts, hang deadlines and dropped episodes stay local to each process; an exception in one process's
+collection (more than `max_restarts`, a misbehaving actor) travels with its round, and every process
+raises. Without an exchange (or with one process) `run` is exactly the single-process loop above.
+
 Spawned processes import the main module again (the usual `if __name__ == "__main__":` guard applies),
 and everything the prompt hook and the environments import: keep jax out of those modules. Each actor
 reports whether jax got loaded (`actor_info()`), and the pool warns when it did.
@@ -47,7 +69,7 @@ import time
 import warnings
 import weakref
 from multiprocessing import connection
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -60,8 +82,34 @@ from explore_jax.images import ImageLayout
 PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
 # One array [len(request.texts), E] per request, in the order of the requests.
 EmbedFn = Callable[[list[EmbedRequest]], Sequence[np.ndarray]]
-# What actors ask the learner for, with the actor and the incarnation of its process that asked.
-_Asked = tuple[Union[PromptRequest, EmbedRequest], "_Actor", int]
+# What actors ask the learner for, with the actor and the incarnation of its process that asked (no actor:
+# another process's actors asked; the answer is theirs).
+_Asked = tuple[Union[PromptRequest, EmbedRequest], Optional["_Actor"], int]
+
+
+class Exchange(Protocol):
+  """What a multi-process pool needs from the learner side: an allgather among the run's processes."""
+  process_index: int
+  process_count: int
+
+  def allgather(self, obj: Any) -> list[Any]:
+    """Every process's `obj` (picklable), in process order; a collective call."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Round:
+  """One process's part of a round: its actors' pending requests, whether its share is done, its error."""
+  requests: list[Union[PromptRequest, EmbedRequest]]
+  finished: bool
+  error: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Share:
+  """One process's part of a run, exchanged at its end: its results and its local fault counters."""
+  results: list[EpisodeResult]
+  restarts: int
+  actor_drops: int
 
 # How long close() lets actors finish closing their environments before killing them.
 _CLOSE_GRACE_S = 5.0
@@ -106,6 +154,8 @@ class _Run:
     self.embed_requests = 0
     self.embed_seconds = 0.0
     self.wait_seconds = 0.0
+    self.rounds = 0               # multi-process runs: exchanges of requests, and the time spent in them
+    self.exchange_seconds = 0.0
 
   @property
   def unfinished(self) -> bool:
@@ -142,6 +192,8 @@ class _Run:
         embed_requests=self.embed_requests,
         embed_seconds=self.embed_seconds,
         wait_seconds=self.wait_seconds,
+        rounds=self.rounds,
+        exchange_seconds=self.exchange_seconds,
         wall_seconds=wall_seconds,
     )
 
@@ -166,12 +218,16 @@ class ActorPool:
       lock-step rounds, still bounded by episode_timeout_s for a hung actor).
     image_layout: how a vision-language policy lays images out (explore_jax/images.py); prompts with images
       need it.
+    exchange: in a multi-process run, the allgather among the processes (module docstring: each pool plays
+      its share, and the policy calls are collective rounds); None for one process.
+    round_wait_s: with an exchange, how long a round waits for this process's actors' first message.
   """
 
   def __init__(self, num_actors: int, tokenizer_dir: str, prompt_hook: PromptHook, envs_per_actor: int = 4,
                max_prompt_tokens: int = 2048, request_timeout_s: Optional[float] = None,
                episode_timeout_s: float = 60.0, max_restarts: int = 3, start_timeout_s: float = 120.0,
-               batch_wait_s: float = 0.0, image_layout: Optional[ImageLayout] = None):
+               batch_wait_s: float = 0.0, image_layout: Optional[ImageLayout] = None,
+               exchange: Optional[Exchange] = None, round_wait_s: float = 0.05):
     for name, value, low in (("num_actors", num_actors, 1), ("envs_per_actor", envs_per_actor, 1),
                              ("max_prompt_tokens", max_prompt_tokens, 1), ("max_restarts", max_restarts, 0)):
       if value < low:
@@ -180,8 +236,12 @@ class ActorPool:
                         ("request_timeout_s", request_timeout_s)):
       if value is not None and value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
-    if batch_wait_s < 0:
-      raise ValueError(f"batch_wait_s must be non-negative, got {batch_wait_s}")
+    for name, value in (("batch_wait_s", batch_wait_s), ("round_wait_s", round_wait_s)):
+      if value < 0:
+        raise ValueError(f"{name} must be non-negative, got {value}")
+    if exchange is not None and not 0 <= exchange.process_index < exchange.process_count:
+      raise ValueError(f"exchange.process_index {exchange.process_index} is not one of its "
+                       f"{exchange.process_count} processes")
     if not os.path.isdir(tokenizer_dir):
       raise FileNotFoundError(f"tokenizer directory {tokenizer_dir} does not exist")
     self.envs_per_actor = envs_per_actor
@@ -189,6 +249,8 @@ class ActorPool:
     self.start_timeout_s = start_timeout_s
     self.max_restarts = max_restarts
     self.batch_wait_s = batch_wait_s
+    self.round_wait_s = round_wait_s
+    self._exchange = exchange if exchange is not None and exchange.process_count > 1 else None
     self._configs = [ActorConfig(i, os.path.abspath(tokenizer_dir), prompt_hook, envs_per_actor,
                                  max_prompt_tokens, request_timeout_s, image_layout) for i in range(num_actors)]
     self._ctx = multiprocessing.get_context("spawn")
@@ -222,6 +284,7 @@ class ActorPool:
 
     `embed_fn` answers the EmbedRequests of a prompt hook with embedding_texts; without one, such a
     request raises ValueError. `on_result` is called with each result as it arrives (a progress bar).
+    With an exchange, every process passes the same specs, plays its share and returns all results.
     """
     if not self._finalizer.alive:
       raise RuntimeError("the ActorPool is closed")
@@ -230,19 +293,25 @@ class ActorPool:
     if len(set(ids)) != len(ids):
       raise ValueError(f"episode ids must be unique in a run, got duplicates "
                        f"{sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
-    run = _Run(specs, on_result)
+    exchange = self._exchange
+    run = _Run(specs if exchange is None else specs[exchange.process_index::exchange.process_count], on_result)
     start = time.monotonic()
     try:
       self._revive(run)
-      while run.unfinished:
-        self._assign(run)
-        batch = self._collect(run)
-        if batch:
-          self._answer(run, batch, policy_fn, embed_fn)
+      if exchange is None:
+        while run.unfinished:
+          self._assign(run)
+          batch = self._collect(run)
+          if batch:
+            self._answer(run, batch, policy_fn, embed_fn)
+      else:
+        self._rounds(run, policy_fn, embed_fn)
     except BaseException:
       # Actors holding episodes of this run would answer into the next one.
       self._abort()
       raise
+    if exchange is not None:
+      self._gather_results(run, len(specs))
     results = [run.results[i] for i in sorted(run.results)]
     return results, run.metrics(time.monotonic() - start)
 
@@ -332,9 +401,13 @@ class ActorPool:
       actor.live[spec.episode_id] = spec
       self._hand_over(actor, spec)
 
-  def _collect(self, run: _Run) -> list[_Asked]:
-    """Blocks for the first message, then takes whatever else has arrived (within batch_wait_s)."""
-    batch, _ = self._poll(run, self._next_timeout())
+  def _collect(self, run: _Run, wait_s: Optional[float] = None) -> list[_Asked]:
+    """Blocks for the first message (at most `wait_s`, None: until one comes or a deadline is due), then
+    takes whatever else has arrived (within batch_wait_s)."""
+    timeout = self._next_timeout()
+    if wait_s is not None:
+      timeout = wait_s if timeout is None else min(timeout, wait_s)
+    batch, _ = self._poll(run, timeout)
     window_end = None
     while True:
       timeout = 0.0
@@ -360,6 +433,47 @@ class ActorPool:
     if prompts:
       self._sample(run, prompts, policy_fn)
 
+  def _rounds(self, run: _Run, policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
+    """The multi-process loop (module docstring): collect locally, exchange, answer the union everywhere."""
+    exchange = self._exchange
+    while True:
+      asked: list[_Asked] = []
+      failure: Optional[Exception] = None
+      try:
+        self._assign(run)
+        # A finished share has nothing to wait for: it only joins the others' rounds.
+        asked = self._collect(run, self.round_wait_s if run.unfinished else 0.0)
+      except Exception as e:  # every process must hear of it, or the others would wait in the next round
+        failure = e
+      start = time.monotonic()
+      views = exchange.allgather(_Round(requests=[req for req, _, _ in asked], finished=not run.unfinished,
+                                        error=None if failure is None else f"{type(failure).__name__}: {failure}"))
+      run.exchange_seconds += time.monotonic() - start
+      run.rounds += 1
+      if failure is not None:
+        raise failure
+      for index, view in enumerate(views):
+        if view.error is not None:
+          raise RuntimeError(f"process {index} of {len(views)} failed in this run: {view.error}")
+      others = [(req, None, 0) for index, view in enumerate(views) if index != exchange.process_index
+                for req in view.requests]
+      if not asked and not others and all(view.finished for view in views):
+        return
+      if asked or others:
+        self._answer(run, asked + others, policy_fn, embed_fn)
+
+  def _gather_results(self, run: _Run, total: int) -> None:
+    """After the rounds: every process's results (and fault counters) in this process's run too."""
+    exchange = self._exchange
+    shares = exchange.allgather(_Share(list(run.results.values()), run.restarts, run.actor_drops))
+    for index, share in enumerate(shares):
+      if index != exchange.process_index:
+        for result in share.results:
+          run.finish(result)
+    run.total = total
+    run.restarts = sum(share.restarts for share in shares)
+    run.actor_drops = sum(share.actor_drops for share in shares)
+
   def _embed(self, run: _Run, batch: list[_Asked], embed_fn: Optional[EmbedFn]) -> None:
     requests = [req for req, _, _ in batch]
     if embed_fn is None:
@@ -379,7 +493,7 @@ class ActorPool:
                          f"step {req.step} asked for {len(req.texts)} texts, got shape {rows.shape}")
     for (req, actor, incarnation), rows in zip(batch, vectors):
       # As for responses: a replaced actor's episodes are dropped already.
-      if actor.incarnation == incarnation and req.episode_id in actor.live:
+      if actor is not None and actor.incarnation == incarnation and req.episode_id in actor.live:
         self._hand_over(actor, Embeddings(req.episode_id, req.step, rows))
 
   def _sample(self, run: _Run, batch: list[_Asked], policy_fn: PolicyFn) -> None:
@@ -397,7 +511,7 @@ class ActorPool:
                        f"asked {sorted(wanted)}, got {sorted((r.episode_id, r.step) for r in responses)}")
     for req, actor, incarnation in batch:
       # The actor may have been replaced while the policy ran; its episodes are dropped already.
-      if actor.incarnation == incarnation and req.episode_id in actor.live:
+      if actor is not None and actor.incarnation == incarnation and req.episode_id in actor.live:
         self._hand_over(actor, by_key[(req.episode_id, req.step)])
 
   def _hand_over(self, actor: _Actor, message: Any) -> None:

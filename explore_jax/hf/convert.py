@@ -186,7 +186,8 @@ def load_mapped(hf_dir: str, mapping: Mapping, shapes: Any, axes: Any, param_dty
       expected.add(name)
     if mesh is not None:
       s = sharding.named_sharding(mesh, _get(axes, path), rules or sharding.DEFAULT_RULES, shape)
-      _set(params, path, jax.device_put(leaf, s))
+      # Every process reads the whole checkpoint and hands jax only the shards its devices hold.
+      _set(params, path, jax.make_array_from_callback(shape, s, lambda index, leaf=leaf: leaf[index]))
     else:
       _set(params, path, jax.device_put(leaf))
     del leaf

@@ -29,7 +29,7 @@ Like jax's own call, `initialize` must run before anything creates a backend (ja
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 
@@ -115,3 +115,21 @@ def process_count() -> int:
 def is_primary() -> bool:
   """True in the process that writes run-level files (metrics, summaries, provenance): process 0."""
   return jax.process_index() == 0
+
+
+def fetch(tree: Any) -> Any:
+  """jax.device_get that also reads arrays sharded across processes: every process gets their global value.
+
+  A single-process run (and any tree whose arrays each process can read whole) takes jax.device_get itself;
+  otherwise the sharded arrays are gathered collectively (`multihost_utils.process_allgather`), so every
+  process must fetch the same arrays in the same order.
+  """
+  def spans_processes(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated)
+
+  if not any(spans_processes(x) for x in jax.tree.leaves(tree)):
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils
+
+  return jax.device_get(jax.tree.map(
+      lambda x: multihost_utils.process_allgather(x, tiled=True) if spans_processes(x) else x, tree))

@@ -28,6 +28,7 @@ from explore_jax.models.config import VLConfig
 from explore_jax.models.vl import VLModel
 from explore_jax.models import lora as lora_lib
 from explore_jax.parallel import make_mesh
+from explore_jax.parallel.exchange import ProcessExchange
 from explore_jax.parallel.sharding import rules_from_config
 from explore_jax.replay import RecordSpec
 from explore_jax.train import checkpoint, rollout, warm_start
@@ -75,11 +76,14 @@ class Parts:
         image_layout=self.image_layout)
 
   def make_pool(self) -> ActorPool:
+    """This process's actors; in a multi-host run they play its share of each run's episodes, and the
+    policy calls are collective rounds with the other processes' pools (actors/pool.py)."""
     c = self.config.rollout
     return ActorPool(num_actors=c.num_actors, tokenizer_dir=self.checkpoint_dir,
                      prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
                      max_prompt_tokens=self.server.prompt_len, episode_timeout_s=c.episode_timeout_s,
-                     batch_wait_s=c.get("batch_wait_s", float("inf")), image_layout=self.image_layout)
+                     batch_wait_s=c.get("batch_wait_s", float("inf")), image_layout=self.image_layout,
+                     exchange=ProcessExchange() if jax.process_count() > 1 else None)
 
 
 def build(config: Any, workdir: str) -> Parts:
@@ -119,9 +123,10 @@ def build(config: Any, workdir: str) -> Parts:
     extras.update(rollout.image_record_fields(r.get("max_images", 1), (*resized, C)))
   spec = RecordSpec(prompt_len=r.max_prompt_tokens, response_len=r.max_new_tokens, pad_id=pad_id,
                     intrinsic_names=method.intrinsic_names, extras=extras)
+  # rollout.num_actors is per process: one sampler call holds every process's requests of a round.
   server = InferenceServer(model=model, tokenizer=tokenizer, pad_id=pad_id, prompt_len=r.max_prompt_tokens,
                            response_len=r.max_new_tokens, max_steps=max_steps,
-                           batch_size=r.num_actors * r.envs_per_actor, lora=lora,
+                           batch_size=r.num_actors * r.envs_per_actor * jax.process_count(), lora=lora,
                            base_params=pre.params if lora is not None else None, image_layout=layout,
                            min_rows=int(r.get("min_sampler_rows", 0)))
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]

@@ -38,6 +38,7 @@ from explore_jax.models import lora as lora_lib
 from explore_jax.models.config import language_config
 from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
+from explore_jax.parallel import distributed
 
 _WIDTH_BUCKET = 64
 
@@ -98,7 +99,7 @@ class InferenceServer:
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
                                  active=active, max_new_tokens=self.response_len, pad_id=self.pad_id,
                                  return_hidden=features, **images)
-      s = jax.device_get(sample)
+      s = distributed.fetch(sample)
       for i, req in enumerate(chunk):
         n = int(s.lengths[i])
         out.append(Response(episode_id=req.episode_id, step=req.step, tokens=s.tokens[i, :n],
@@ -135,7 +136,7 @@ class InferenceServer:
     order = list(range(len(texts)))
     for P, chunk in self._chunks(order, lambda j: len(ids[j])):
       tokens, mask = self._left_padded([ids[j] for j in chunk], P)
-      pooled = np.asarray(_embed(self.model, params, jnp.asarray(tokens), jnp.asarray(mask)))
+      pooled = np.asarray(distributed.fetch(_embed(self.model, params, jnp.asarray(tokens), jnp.asarray(mask))))
       for row, j in enumerate(chunk):
         vectors[j] = pooled[row]
     out: list[list[np.ndarray]] = [[] for _ in requests]

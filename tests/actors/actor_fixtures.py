@@ -6,6 +6,7 @@ No jax here: importing this module in an actor must keep it jax-free.
 """
 
 import dataclasses
+import os
 import sys
 import time
 
@@ -48,6 +49,31 @@ def prompt(observation, history, context, info):
   return [{"role": "user", "content": content}]
 
 
+def log_start(history, context):
+  """At an episode's first step, a line with its context's "episode" in <context["log_dir"]>/<actor pid>.txt:
+  which process's actors played which episode."""
+  if not history:
+    with open(os.path.join(context["log_dir"], f"{os.getpid()}.txt"), "a") as f:
+      f.write(f"{context['episode']}\n")
+
+
+def logged_prompt(observation, history, context, info):
+  """`prompt`, logged by log_start."""
+  log_start(history, context)
+  return prompt(observation, history, context, info)
+
+
+def played(log_dir, pids):
+  """The episodes that the actor processes `pids` started, as logged_prompt logged them."""
+  episodes = []
+  for pid in pids:
+    path = os.path.join(log_dir, f"{pid}.txt")
+    if os.path.exists(path):
+      with open(path) as f:
+        episodes += [int(line) for line in f]
+  return sorted(episodes)
+
+
 def failing_prompt(observation, history, context, info):
   """A prompt hook that fails on an episode's second step (when there is history)."""
   if history:
@@ -86,6 +112,15 @@ class MethodPrompt:
     if not context.get("final"):
       return None
     return [{"role": "user", "content": f"{observation}\nThe episode ended after {len(history)} steps. Write a tip."}]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggedMethodPrompt(MethodPrompt):
+  """MethodPrompt, logged by log_start."""
+
+  def __call__(self, observation, history, context, info):
+    log_start(history, context)
+    return super().__call__(observation, history, context, info)
 
 
 # ---- the learner's side of the tests: a scripted policy and its replay --------------------------------

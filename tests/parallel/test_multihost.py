@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
+
+from tests.parallel.processes import cpu_env, free_port, run_together
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 420  # generous: two training runs may share the machine's cores
@@ -100,61 +99,15 @@ def _worker(role: str, out_dir: str, ckpt_dir: str, coordinator: str = "", num_p
 
 
 # ---- the test -----------------------------------------------------------------------------------------------
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _env(devices: int) -> dict[str, str]:
-  env = dict(os.environ)
-  flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-  env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-  for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
-    env.pop(key, None)
-  return env
-
-
-def _run_all(commands: list[tuple[list[str], dict]], log_dir: str, label: str) -> None:
-  """Starts the commands together, waits for all (killing all on the first failure or the deadline)."""
-  procs = []
-  for i, (cmd, env) in enumerate(commands):
-    log = open(os.path.join(log_dir, f"{label}_{i}.log"), "w")
-    procs.append((subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
-  deadline = time.monotonic() + TIMEOUT_S
-  failed = None
-  try:
-    while any(p.poll() is None for p, _ in procs):
-      failed = next((i for i, (p, _) in enumerate(procs) if p.poll() not in (None, 0)), None)
-      if failed is not None or time.monotonic() > deadline:
-        break
-      time.sleep(0.2)
-    else:
-      failed = next((i for i, (p, _) in enumerate(procs) if p.returncode != 0), None)
-  finally:
-    for p, log in procs:
-      if p.poll() is None:
-        p.kill()
-      p.wait()
-      log.close()
-  if failed is not None or any(p.returncode != 0 for p, _ in procs):
-    tails = []
-    for i in range(len(procs)):
-      with open(os.path.join(log_dir, f"{label}_{i}.log")) as f:
-        tails.append(f"--- {label} {i} (rc {procs[i][0].returncode}) ---\n" + f.read()[-3000:])
-    raise AssertionError(f"{label} processes failed or timed out ({TIMEOUT_S} s)\n" + "\n".join(tails))
-
-
 def test_two_processes_match_one(tmp_path):
   out, ckpt = tmp_path / "out", tmp_path / "ckpt"
   out.mkdir()
   me = os.path.abspath(__file__)
-  coordinator = f"127.0.0.1:{_free_port()}"
-  _run_all([([sys.executable, me, "worker", str(out), str(ckpt), coordinator, "2", str(i)], _env(4))
-            for i in range(2)], str(tmp_path), "worker")
-  _run_all([([sys.executable, me, "reference", str(out), str(ckpt)], _env(8))], str(tmp_path), "reference")
+  coordinator = f"127.0.0.1:{free_port()}"
+  run_together([([sys.executable, me, "worker", str(out), str(ckpt), coordinator, "2", str(i)], cpu_env(4))
+                for i in range(2)], str(tmp_path), "worker", TIMEOUT_S)
+  run_together([([sys.executable, me, "reference", str(out), str(ckpt)], cpu_env(8))], str(tmp_path), "reference",
+               TIMEOUT_S)
 
   workers = [json.loads((out / f"worker_{i}.json").read_text()) for i in range(2)]
   ref = json.loads((out / "reference_0.json").read_text())
