@@ -21,10 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from explore_jax import cli  # noqa: E402
+from explore_jax import cli, storage  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].", lock_config=True)
-_RUN = flags.DEFINE_string("run", None, "A training run directory whose checkpoint to evaluate.")
+_RUN = flags.DEFINE_string("run", None, "A training run directory (local or gs://...) whose checkpoint to "
+                           "evaluate.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step of --run (default: the latest).")
 _POLICY = flags.DEFINE_enum("policy", None, ["base", "warm_start"],
                             "Without --run: the imported checkpoint as is (base) or after the config's SFT.")
@@ -57,7 +58,7 @@ def main(argv):
 
   try:
     if _RUN.value:
-      if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
+      if not storage.isdir(os.path.join(_RUN.value, "checkpoints")):
         raise FileNotFoundError(f"{_RUN.value} has no checkpoints/ directory")
       parts = build(config, _RUN.value)
       step = parts.checkpointer.latest_step() if _STEP.value is None else _STEP.value
@@ -79,7 +80,7 @@ def main(argv):
   text = parts.evaluator.write_summary(evals, output)
   print(text)
   written = [f"transcripts-{split}.jsonl" for split, _ in sets] if _TRANSCRIPTS.value else []
-  print(f"[eval] {os.path.abspath(output)}: {', '.join(['summary.md', 'summary.json', 'pass_at_k.png'] + written)}")
+  print(f"[eval] {storage.resolve(output)}: {', '.join(['summary.md', 'summary.json', 'pass_at_k.png'] + written)}")
 
 
 if __name__ == "__main__":

@@ -59,10 +59,10 @@ name>/<machine>/<arm>/ws<W>_seed<S> with --bucket=B (needed by multi-host slices
 else sweeps/<root name>/... under ~/explore_jax on worker 0, and copies the run's small files back into its
 directory here, where completion, resuming and comparing then work as for local runs. <machine> defaults to
 the slice's name. --dry_run prints each run's tpu.py command line (tpu.py run ... --dry_run prints its gcloud
-lines); whether a run is complete on the slice is only asked when the sweep runs. Two limits, stated plainly:
-launch/train.py does not yet write a gs:// run directory (README, "TPU pods"), so until it does only a
-single-host slice without --bucket completes runs; and no real slice has run this: the tests play gcloud, a
-worker and a bucket with a fake (tests/launch/fake_pod.py), and the gcloud lines follow its documentation.
+lines); whether a run is complete on the slice is only asked when the sweep runs. launch/train.py writes and
+resumes a gs:// run directory (explore_jax/storage.py; tested on a local emulator). One limit, stated plainly:
+no real slice has run this: the tests play gcloud, a worker and a bucket with a fake
+(tests/launch/fake_pod.py), and the gcloud lines follow its documentation.
 
 With --record=DIR the small files of every complete run (RECORDED_FILES: its config, metrics per iteration,
 pass@k summary and provenance) are copied to DIR/<machine>/<arm>/ws<W>_seed<S>/ and the comparison to

@@ -10,7 +10,8 @@ The config's `method` (a name registered in explore_jax.methods) runs in the RL 
 (explore_jax/train/loop.py): the run directory gets the resolved config, checkpoints, metrics.jsonl,
 TensorBoard events and curves.png, and, where the config asks for pass@k (eval.passk_samples), summary.md,
 summary.json and pass_at_k.png comparing the warm-start and the trained policy. A killed run started again
-with the same command resumes from its last checkpoint.
+with the same command resumes from its last checkpoint. The run directory may be a bucket's, as a multi-host
+TPU slice needs (`--workdir=gs://BUCKET/runs/x`; explore_jax/storage.py).
 """
 
 import os
@@ -21,11 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from explore_jax import cli  # noqa: E402
+from explore_jax import cli, storage  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: resolved config, checkpoints, metrics.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: resolved config, checkpoints, metrics; a local "
+                                "path or a bucket's (gs://BUCKET/runs/x, which a multi-host slice needs).")
 flags.mark_flags_as_required(["config"])
 
 
@@ -49,9 +51,12 @@ def main(argv):
   if unknown:
     sys.exit(f"error: unknown method {unknown[0]!r} (config.method); registered: "
              f"{', '.join(registered_methods())}; compose them with '+', e.g. sge+rnd")
-  os.makedirs(workdir, exist_ok=True)
+  try:
+    storage.makedirs(workdir)
+  except FileNotFoundError as e:  # a bucket that is not there
+    sys.exit(f"error: {e}")
   if distributed.is_primary():  # process 0 writes the run's files (train/loop.py)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
+    with storage.open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
   from explore_jax.train import loop
   from explore_jax.train.builder import build
@@ -64,7 +69,7 @@ def main(argv):
   last = history[-1] if history else {}
   print(f"[done] iteration {last.get('iteration', 0)}; last: " + ", ".join(
       f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))
-  print(f"[done] run directory: {os.path.abspath(workdir)} (metrics.jsonl, curves.png, tensorboard/, checkpoints/)")
+  print(f"[done] run directory: {storage.resolve(workdir)} (metrics.jsonl, curves.png, tensorboard/, checkpoints/)")
 
 
 if __name__ == "__main__":

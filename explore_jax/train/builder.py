@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import jax
 
-from explore_jax import hf, sampling
+from explore_jax import hf, sampling, storage
 from explore_jax.actors.pool import ActorPool
 from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
@@ -44,7 +44,7 @@ AUX_INIT_STREAM = 17
 class Parts:
   """A run's parts, built once (see the module docstring)."""
   config: Any
-  workdir: str
+  workdir: str                 # absolute, or a bucket path (gs://...)
   checkpoint_dir: str          # the policy's starting checkpoint (a Hugging Face directory)
   tokenizer: Any
   model: Model
@@ -87,9 +87,10 @@ class Parts:
 
 
 def build(config: Any, workdir: str) -> Parts:
-  """Every part of a run, on the mesh of `config.mesh`, starting from `config.model.checkpoint`."""
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  """Every part of a run, on the mesh of `config.mesh`, starting from `config.model.checkpoint`; `workdir` is a
+  local directory or a bucket path (explore_jax/storage.py)."""
+  workdir = storage.resolve(workdir)
+  storage.makedirs(workdir)
   mesh = make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
   rules = rules_from_config(config.sharding_rules)
   checkpoint_dir = hf.resolve(config.model.checkpoint)

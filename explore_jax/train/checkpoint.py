@@ -6,7 +6,10 @@ iterator position). Typed keys (`jax.random.key`) are stored as their key data, 
 implementation's name in the step's orbax metadata, and come back typed.
 
 Orbax writes a step into `<step>.orbax-checkpoint-tmp*` and renames it on commit, so a writer killed
-mid-save leaves the last committed step intact; step listing ignores the unfinished directory.
+mid-save leaves the last committed step intact; step listing ignores the unfinished directory. In a bucket
+(`gs://...`, which has no renames) it writes the step in place and commits it with a `commit_success.txt` file;
+a step without one counts as unfinished and is never listed. Arrays go through tensorstore's GCS driver there
+(explore_jax/storage.py points it at an emulator's endpoint when STORAGE_EMULATOR_HOST is set).
 
   ckpt = Checkpointer("/runs/x/ckpt", max_to_keep=3)
   ckpt.save(step, state, rng=rng, metadata={"config": cfg, "data_pos": pos})
@@ -25,6 +28,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from explore_jax import storage
 
 _STATE, _RNG, _METADATA = "state", "rng", "metadata"
 # The step's orbax custom metadata records which items were saved and the key's {"shape", "impl"}
@@ -94,7 +99,7 @@ class Checkpointer:
 
   Args:
     directory: where step directories go; a relative path is made absolute (orbax needs that) and
-      the directory is created.
+      the directory is created. A bucket path (gs://BUCKET/...) is used as it is; its bucket must exist.
     max_to_keep: newest steps kept; older ones are deleted after each save. None keeps all.
     save_interval_steps: `save` skips steps that are not a multiple of this unless `force=True`;
       the first save into an empty directory always happens (orbax's initial-save rule).
@@ -107,8 +112,8 @@ class Checkpointer:
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: Optional[int] = 3,
                save_interval_steps: int = 1, async_save: bool = False, cleanup_tmp: bool = False):
-    self.directory = os.path.abspath(os.fspath(directory))
-    os.makedirs(self.directory, exist_ok=True)
+    self.directory = storage.resolve(directory)
+    storage.makedirs(self.directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         save_interval_steps=save_interval_steps,

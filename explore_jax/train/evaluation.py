@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from explore_jax import storage
 from explore_jax.actors.protocol import EpisodeResult
 
 
@@ -99,8 +100,8 @@ def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int
   environment's feedback -- what a reader needs to see *how* a policy fails. Returns the episodes written."""
   seen: dict[Any, int] = {}
   n = 0
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
+  storage.makedirs(os.path.dirname(storage.resolve(path)))
+  with storage.open(path, "w") as f:
     for r in sorted(results, key=lambda r: r.spec.episode_id):
       if seen.get(r.spec.seed, 0) >= per_task:
         continue
@@ -161,6 +162,6 @@ def plot_pass_at_k(evals: Sequence[TaskSetEval], ks: Sequence[int], path: str, t
   if title:
     ax.set_title(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  storage.save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path

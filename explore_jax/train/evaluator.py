@@ -7,19 +7,18 @@ is sampled at eval.temperature, so a number here measures the policy alone.
   pass_at_k(pool, params, ...)   n = eval.passk_samples episodes of every task of the held-in training pool
                                  (seeds 0..rollout.task_pool-1) or of the held-out set
   warm_start_pass_at_k(...)      the warm start's pass@k, cached beside the SFT warm start
-  write_summary(evals, dir)      summary.md / summary.json / pass_at_k.png
+  write_summary(evals, dir)      summary.md / summary.json / pass_at_k.png (dir local or a bucket path)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Callable, Optional
 
 import jax
 
-from explore_jax import hf
+from explore_jax import hf, storage
 from explore_jax.actors.pool import ActorPool
 from explore_jax.actors.protocol import EpisodeSpec
 from explore_jax.train import evaluation, rollout
@@ -95,7 +94,7 @@ class Evaluator:
         c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool) + ".json")  # task_pool: the held-in set
     cached = c.sft.enabled and jax.process_count() == 1
     if cached and os.path.exists(cache):
-      shutil.copyfile(cache, path)
+      storage.copy(cache, path)
       log(f"[pass@k] warm start: reused {cache}")
       return
     sets = "training and held-out task" if c.rollout.task_pool else "held-out task"
@@ -103,23 +102,23 @@ class Evaluator:
     sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")]
     if not write:
       return
-    with open(path, "w") as f:
+    with storage.open(path, "w") as f:
       json.dump(sets, f)
-    if cached:
+    if cached:  # the cache is local, wherever the run directory is
       os.makedirs(os.path.dirname(cache), exist_ok=True)
-      shutil.copyfile(path, cache + ".tmp")
+      storage.copy(path, cache + ".tmp")
       os.replace(cache + ".tmp", cache)
 
   def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str, note: str = "") -> str:
     """summary.md (the pass@k table, then `note`), summary.json and pass_at_k.png in `directory`; returns
     the text of summary.md after its title."""
-    os.makedirs(directory, exist_ok=True)
+    storage.makedirs(directory)
     n = min(e.min_samples for e in evals)
     text = evaluation.table(evals, evaluation.powers_of_two(n)) + (f"\n\n{note}" if note else "")
-    with open(os.path.join(directory, "summary.json"), "w") as f:
+    with storage.open(os.path.join(directory, "summary.json"), "w") as f:
       # per_task: the raw counts behind the curves, so that launch/compare.py can pair methods task by task.
       json.dump({e.label: {**e.to_dict(range(1, n + 1)), "per_task": e.to_json()} for e in evals}, f, indent=2)
-    with open(os.path.join(directory, "summary.md"), "w") as f:
+    with storage.open(os.path.join(directory, "summary.md"), "w") as f:
       f.write(f"# {self.config.method} on {self.config.env.id}\n\n{text}\n")
     evaluation.plot_pass_at_k(evals, list(range(1, n + 1)), os.path.join(directory, "pass_at_k.png"),
                               title=f"{self.config.method}: pass@k")
@@ -137,5 +136,5 @@ ONE_RUN_NOTE = (
 
 
 def load_warm_pass_at_k(workdir: str) -> list[evaluation.TaskSetEval]:
-  with open(os.path.join(workdir, WARM_PASS_AT_K)) as f:
+  with storage.open(os.path.join(workdir, WARM_PASS_AT_K)) as f:
     return [evaluation.TaskSetEval.from_json(e) for e in json.load(f)]

@@ -1,11 +1,15 @@
-"""Run metrics: one JSON line per iteration, TensorBoard event files, PNG learning curves at the end."""
+"""Run metrics: one JSON line per iteration, TensorBoard event files, PNG learning curves at the end; in a local
+run directory or a bucket (explore_jax/storage.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 from typing import Any, Mapping, Optional, Sequence
+
+from explore_jax import storage
 
 
 class MetricsWriter:
@@ -13,7 +17,9 @@ class MetricsWriter:
 
   Reopening a workdir after a resume drops lines past the restored iteration, so a resumed run's file
   reads as if it had never stopped. With `write=False` (the processes of a multi-host run other than process
-  0) it keeps the history in memory and writes nothing.
+  0) it keeps the history in memory and writes nothing. In a bucket, whose objects cannot be appended to,
+  each row rewrites metrics.jsonl whole (the same lines: the history) and the event file is uploaded whole
+  at each flush; both are small next to an iteration.
   """
 
   def __init__(self, workdir: str, *, resume_from: Optional[int] = None, tensorboard: bool = True,
@@ -21,15 +27,18 @@ class MetricsWriter:
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.history: list[dict[str, Any]] = []
     self._write = write
-    if write and os.path.exists(self.path):
-      with open(self.path) as f:
+    self._remote = storage.is_remote(workdir)
+    if write and storage.exists(self.path):
+      with storage.open(self.path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
       self.history = [r for r in rows if resume_from is not None and r["iteration"] <= resume_from]
-      with open(self.path, "w") as f:
+      with storage.open(self.path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in self.history)
     self._tb = None
     if tensorboard and write:
       from tensorboardX import SummaryWriter
+      if self._remote:
+        _events_through_storage(storage.scheme(workdir))
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def write(self, iteration: int, scalars: Mapping[str, float]) -> None:
@@ -37,8 +46,12 @@ class MetricsWriter:
     self.history.append(row)
     if not self._write:
       return
-    with open(self.path, "a") as f:
-      f.write(json.dumps(row) + "\n")
+    if self._remote:
+      with storage.open(self.path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in self.history)
+    else:
+      with open(self.path, "a") as f:
+        f.write(json.dumps(row) + "\n")
     if self._tb is not None:
       for k, v in row.items():
         if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
@@ -48,6 +61,42 @@ class MetricsWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+class _WholeObjectEventFile:
+  """A TensorBoard event file in a bucket for tensorboardX's record writer: its bytes are kept here and the
+  object is uploaded whole at every flush (and on close), as objects cannot be appended to."""
+
+  def __init__(self, path: str):
+    self.path, self._buffer = path, io.BytesIO()
+
+  def write(self, data: bytes) -> None:
+    self._buffer.write(data)
+
+  def flush(self) -> None:
+    with storage.open(self.path, "wb") as f:
+      f.write(self._buffer.getvalue())
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _WholeObjectEventFiles:
+  """tensorboardX's writer factory interface (record_writer.register_writer_factory)."""
+
+  def open(self, path: str) -> _WholeObjectEventFile:
+    return _WholeObjectEventFile(path)
+
+  def directory_check(self, path: str) -> None:
+    """Objects need no directory."""
+
+
+def _events_through_storage(scheme: str) -> None:
+  """Event files under `scheme`:// go through explore_jax.storage, the client every other run file uses (and
+  the one an emulator is configured for), rather than tensorboardX's own gs:// / s3:// clients."""
+  from tensorboardX import record_writer
+
+  record_writer.register_writer_factory(scheme, _WholeObjectEventFiles())
 
 
 def _plain(v: Any) -> Any:
@@ -74,7 +123,7 @@ def plot_curves(history: Sequence[Mapping[str, Any]], keys: Sequence[str], path:
   if title:
     fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  storage.save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path
 

@@ -24,6 +24,8 @@ import re
 from importlib import metadata
 from typing import Any
 
+from explore_jax import storage
+
 FILE = "provenance.json"
 # The x86 vector extensions XLA's CPU code generation may use; the best of them changes the arithmetic.
 ISA_FLAGS = ("sse4_2", "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
@@ -137,7 +139,7 @@ def params_digest(params: Any) -> str:
 def load(workdir: str) -> dict[str, Any] | None:
   """A run's provenance.json, or None for a run that has none (recorded before it existed)."""
   try:
-    with open(os.path.join(workdir, FILE)) as f:
+    with storage.open(os.path.join(workdir, FILE)) as f:
       return json.load(f)
   except FileNotFoundError:
     return None
@@ -157,9 +159,6 @@ def record(workdir: str, iteration: int, start_params: Any = None, *, write: boo
     info["machines"].append({**here, "iteration": iteration})
   if not write:
     return info
-  os.makedirs(workdir, exist_ok=True)
-  tmp = os.path.join(workdir, FILE + ".tmp")
-  with open(tmp, "w") as f:
-    json.dump(info, f, indent=2)
-  os.replace(tmp, os.path.join(workdir, FILE))
+  storage.makedirs(workdir)
+  storage.write_text(os.path.join(workdir, FILE), json.dumps(info, indent=2))
   return info
