@@ -72,6 +72,10 @@ class Evaluator:
       evaluation.write_transcripts(transcripts, results, transcripts_per_task)
     return evaluation.summarize(label, results)
 
+  def task_sets_text(self) -> str:
+    """What pass_at_k_sets samples, for a log line."""
+    return "training and held-out task" if self.config.rollout.task_pool else "held-out task"
+
   def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:
     """pass@k on the training tasks, then on the held-out tasks; the held-out tasks alone when training draws
     a fresh task per group (rollout.task_pool 0: no task recurs, so there is no held-in set)."""
@@ -97,8 +101,7 @@ class Evaluator:
       storage.copy(cache, path)
       log(f"[pass@k] warm start: reused {cache}")
       return
-    sets = "training and held-out task" if c.rollout.task_pool else "held-out task"
-    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {sets}")
+    log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {self.task_sets_text()}")
     sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")]
     if not write:
       return
@@ -133,6 +136,16 @@ ONE_RUN_NOTE = (
     "start and every number\nabove move (by up to ~0.15 pass@16 after RL at this scale; docs/determinism.md). "
     "Only the task set and the\nsampling protocol are machine-independent. Method comparisons are made over "
     "warm starts and seeds with\nconfidence intervals: `make protocol` (docs/results.md).")
+
+
+def before_and_after(warm: list[evaluation.TaskSetEval],
+                     trained: list[evaluation.TaskSetEval]) -> list[evaluation.TaskSetEval]:
+  """The summary's rows: each task set's warm start, then its trained policy (pass_at_k_sets' sets, one or two)."""
+  sets = [(w.label.partition(" / ")[2], t.label.partition(" / ")[2]) for w, t in zip(warm, trained)]
+  if len(warm) != len(trained) or any(a != b for a, b in sets):
+    raise ValueError(f"the warm start's task sets {[w.label for w in warm]} do not match the trained policy's "
+                     f"{[t.label for t in trained]}")
+  return [e for pair in zip(warm, trained) for e in pair]
 
 
 def load_warm_pass_at_k(workdir: str) -> list[evaluation.TaskSetEval]:

@@ -84,7 +84,7 @@ def run(parts: Parts) -> list[dict[str, Any]]:
                         env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s",
                         **_throughput_postfix(m))
       if passk:
-        bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each training and held-out task")
+        bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each {evaluator.task_sets_text()}")
         trained = evaluator.pass_at_k_sets(pool, learner.state.params, "trained")
   finally:
     bar.close()
@@ -93,7 +93,7 @@ def run(parts: Parts) -> list[dict[str, Any]]:
     return writer.history
   if passk:
     warm = evaluator_lib.load_warm_pass_at_k(parts.workdir)
-    text = evaluator.write_summary([warm[0], trained[0], warm[1], trained[1]], parts.workdir,
+    text = evaluator.write_summary(evaluator_lib.before_and_after(warm, trained), parts.workdir,
                                    note=evaluator_lib.ONE_RUN_NOTE)
     print(f"\n{text}\n[summary] {os.path.join(parts.workdir, 'summary.md')}, "
           f"{os.path.join(parts.workdir, 'pass_at_k.png')}")

@@ -75,7 +75,7 @@ def test_pass_at_k_sets_have_no_held_in_set_when_every_group_draws_a_fresh_task(
   import jax
   import ml_collections
 
-  from explore_jax.train.evaluator import Evaluator
+  from explore_jax.train.evaluator import Evaluator, before_and_after
 
   config = ml_collections.ConfigDict({
       "env": {"id": "explore_jax/KeyDoor-v0", "kwargs": {}}, "rollout": {"task_pool": task_pool},
@@ -90,3 +90,10 @@ def test_pass_at_k_sets_have_no_held_in_set_when_every_group_draws_a_fresh_task(
   if not task_pool:
     with pytest.raises(ValueError, match="task_pool is 0"):
       evaluator.pass_at_k(pool, None, label="trained / train", held_out=False)
+  # The run's summary rows: each set before RL, then after.
+  warm = evaluator.pass_at_k_sets(pool, None, "warm start")
+  rows = [s.label for s in before_and_after(warm, sets)]
+  splits = ["train", "held-out"] if task_pool else ["held-out"]
+  assert rows == [f"{policy} / {split}" for split in splits for policy in ("warm start", "trained")]
+  with pytest.raises(ValueError, match="do not match"):
+    before_and_after(warm, sets + sets)
