@@ -8,7 +8,8 @@
   python launch/export.py --config=configs/grpo_keydoor.py --run=runs/grpo_keydoor
 
 Give the run's own config and overrides. --step picks a checkpoint (default: the latest); --output defaults to
-<run>/export-<step>. The adapters go on the config's model.checkpoint (written into adapter_config.json as
+<run>/export-<step>, or runs/export-<run name>-<step> for a run in a bucket (--run=gs://...: the checkpoint is
+read from there, the files are written to a local directory, where transformers and vLLM read them). The adapters go on the config's model.checkpoint (written into adapter_config.json as
 base_model_name_or_path):
   peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), OUTPUT)
   vllm.LLM(BASE, enable_lora=True, max_lora_rank=R).generate(..., lora_request=LoRARequest("policy", 1, OUTPUT))
@@ -37,20 +38,28 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  from explore_jax import hf
+  from explore_jax import hf, storage
   from explore_jax.hf import peft_format
   from explore_jax.train import loop
   from explore_jax.train.builder import build
 
   try:
-    if not os.path.isdir(os.path.join(_RUN.value, "checkpoints")):
+    if not storage.isdir(os.path.join(_RUN.value, "checkpoints")):
       raise FileNotFoundError(f"{_RUN.value} has no checkpoints/ directory")
     parts = build(_CONFIG.value, _RUN.value)
     step = parts.checkpointer.latest_step() if _STEP.value is None else _STEP.value
     params = loop.load_params(parts, step)
   except (FileNotFoundError, ValueError) as e:  # the config or flags name something that is not there
     sys.exit(f"error: {e}")
-  output = os.path.abspath(_OUTPUT.value or os.path.join(_RUN.value, f"export-{step}"))
+  if _OUTPUT.value:
+    output = _OUTPUT.value
+  elif storage.is_remote(_RUN.value):
+    output = os.path.join("runs", f"export-{os.path.basename(_RUN.value.rstrip('/'))}-{step}")
+  else:
+    output = os.path.join(_RUN.value, f"export-{step}")
+  if storage.is_remote(output):
+    sys.exit(f"error: --output={output}: exports are written to a local directory")
+  output = os.path.abspath(output)
   config, lora = parts.model.config, parts.learner.lora
   if lora is None:
     hf.save_pretrained(output, config, params, parts.tokenizer)

@@ -1,7 +1,7 @@
 """launch/train.py with its run directory in a bucket (gs://), as on a multi-host TPU slice, against a local Cloud
 Storage emulator: every run file lands in the bucket, a second command resumes from the bucket's checkpoint, and
 the metrics and pass@k summary are those of the same run in a local directory; launch/eval.py then evaluates the
-bucket's checkpoint into the bucket."""
+bucket's checkpoint into the bucket, and launch/export.py exports it to a local directory."""
 
 import json
 import os
@@ -101,6 +101,15 @@ def test_a_run_in_a_bucket_resumes_there_and_matches_a_local_run(gcs, tmp_path):
   evaluated = json.loads(read(f"{run}/eval-2/summary.json"))
   assert evaluated["step 2 / held-out"]["pass_at_k"] == summary["trained / held-out"]["pass_at_k"]
   assert len(read(f"{run}/eval-2/transcripts-held-out.jsonl").splitlines()) == 2
+
+  # The bucket's checkpoint exported to a local Hugging Face directory, as the local run's is.
+  exported = {}
+  for name, source in (("bucket", run), ("local", local)):
+    out = launch("export.py", f"--run={source}", f"--output={tmp_path / ('export-' + name)}", cache=cache, url=gcs)
+    assert f"[export] step 2: the policy as a Hugging Face checkpoint in {tmp_path / ('export-' + name)}" in out
+    exported[name] = {f: open(tmp_path / f"export-{name}" / f, "rb").read()
+                      for f in sorted(os.listdir(tmp_path / f"export-{name}"))}
+  assert "model.safetensors" in exported["bucket"] and exported["bucket"] == exported["local"]
 
 
 def test_a_missing_bucket_is_a_one_line_error(gcs, tmp_path):
