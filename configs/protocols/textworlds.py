@@ -22,6 +22,11 @@ ARMS = tuple((f"{method}_{world}", f"configs/{method}_{world}.py", ())
 # there is no held-in set), and success is read on 64 held-out games instead of 32.
 ARMS += (("gigpo_twx_fresh", "configs/gigpo_twx.py",
           ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64")),)
+# Its held-out failures all run out of steps walking back and forth between two rooms: the prompt shows the
+# current room only, so the policy cannot tell where it has been. The same arm with the last 8 actions in the
+# prompt (methods/base.py, action_history), the memory a search needs.
+ARMS += (("gigpo_twx_memory", "configs/gigpo_twx.py",
+          ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8")),)
 
 
 def get_protocol() -> dict:
