@@ -465,13 +465,39 @@ def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
       for r in planned)
 
 
+# The config fields that decide a warm start (explore_jax/train/warm_start.py: warm_start_key), as a run's
+# config.json holds them: runs whose values differ start warm start W from different SFT inputs.
+WARM_START_FIELDS = (("model", "checkpoint"), ("model", "lora"), ("sft",), ("env",), ("rollout", "max_prompt_tokens"),
+                     ("rollout", "max_new_tokens"), ("system_prompt",), ("instruction",), ("history_steps",),
+                     ("action_history",))
+
+
+def warm_start_inputs(workdir: str) -> str | None:
+  """The run's WARM_START_FIELDS from its config.json, as one comparable string (None: no readable config)."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      config = json.load(f)
+  except (OSError, ValueError):
+    return None
+  values = []
+  for path in WARM_START_FIELDS:
+    value = config
+    for key in path:
+      value = value.get(key) if isinstance(value, dict) else None
+    values.append(value)
+  return json.dumps(values, sort_keys=True, default=str)
+
+
 def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
   """Why `run` cannot stand beside the complete runs already kept under its machine name: one of them started
-  warm start W from other bits. Runs share a machine name only if they compute the same warm starts
-  (--machine on two machines, or two CPUs that one tag cannot tell apart); the first finished run shows it."""
+  warm start W from other bits, with the same SFT inputs (arms whose SFT inputs differ, a prompt that shows the
+  action history say, compute other warm starts by design). Runs share a machine name only if they compute the
+  same warm starts (--machine on two machines, or two CPUs that one tag cannot tell apart); the first finished
+  run shows it."""
   digest = (provenance.load(run.workdir) or {}).get("start_digest")
   if not digest:
     return None
+  inputs = warm_start_inputs(run.workdir)
   machine_dir = os.path.basename(os.path.dirname(os.path.dirname(run.workdir)))  # root/<machine>/<arm>/<run>
   for directory in directories:
     for arm in _listdir(os.path.join(directory, machine_dir)):
@@ -479,7 +505,7 @@ def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
         match = RUN_NAME.fullmatch(name)
         other = os.path.join(directory, machine_dir, arm, name)
         if not match or int(match.group(1)) != run.warm_start or os.path.realpath(other) == os.path.realpath(
-            run.workdir) or not is_complete(other):
+            run.workdir) or not is_complete(other) or warm_start_inputs(other) != inputs:
           continue
         theirs = (provenance.load(other) or {}).get("start_digest")
         if theirs and theirs != digest:

@@ -34,14 +34,16 @@ FAKE_TRAINER = textwrap.dedent("""
       sys.exit(3)
     os.makedirs(workdir, exist_ok=True)
     p1 = 0.5 + 0.1 * int(args["config.seed"])
-    json.dump({"method": "sge"}, open(os.path.join(workdir, "config.json"), "w"))
+    sft_steps = args.get("config.sft.steps")  # a warm start's SFT input: other steps, other warm start bits
+    json.dump({"method": "sge", "sft": {"steps": sft_steps}}, open(os.path.join(workdir, "config.json"), "w"))
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
       f.write(json.dumps({"iteration": 1, "success_rate": p1, "eval/success_rate": p1}) + "\\n")
     entry = {"pass_at_k": {str(k): p1 for k in (1, 2, 4, 8, 16)}, "tasks_solved_at_least_once": 3,
              "distinct_outcomes_per_task": 1.0}
     json.dump({"trained / train": entry}, open(os.path.join(workdir, "summary.json"), "w"))
     machine = os.path.basename(os.path.dirname(os.path.dirname(workdir)))  # root/<machine>/<arm>/<run>
-    digest = os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
+    digest = (os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
+              + (f"-sft{sft_steps}" if sft_steps else ""))
     json.dump({"start_digest": digest, "machines": []},
               open(os.path.join(workdir, "provenance.json"), "w"))
 """)
@@ -222,10 +224,12 @@ def test_the_text_world_protocol_plans_every_world_and_method():
   out = sweep("--protocol=configs/protocols/textworlds.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 4 * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS * protocol.SEEDS >= 3
+  assert len(lines) == len(protocol.ARMS) * protocol.WARM_STARTS * protocol.SEEDS
+  assert protocol.WARM_STARTS * protocol.SEEDS >= 3
   for world in ("twx", "alfworld"):
-    for method in ("gigpo", "grpo"):
-      assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) == protocol.WARM_STARTS
+    for method in ("gigpo", "grpo"):  # each world and method is an arm of its own (and the base of variants)
+      assert sum(f"/{method}_{world}/ws" in line for line in lines) == protocol.WARM_STARTS
+      assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) >= protocol.WARM_STARTS
 
 
 # --- Sweeps made from product / zip override grids; --parallel; --tpu ---------------------------------------
@@ -504,3 +508,23 @@ def test_a_tpu_sweep_runs_on_a_fake_slice_and_resumes_from_it(tmp_path):
   assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
   assert "launched 1, failed 0, 2 of 2 complete" in third.stdout and len(_launched(env["FAKE_LOG"])) == 2
   assert sweep_py.is_complete(here)
+
+
+def test_arms_whose_sft_inputs_differ_start_other_warm_starts_without_a_mismatch(tmp_path):
+  """Arm c changes an SFT input (sft.steps), so its warm start 0 has other bits than arm a's by design: no
+  mismatch, both recorded. The check still holds among runs of the same SFT inputs (test above)."""
+  (tmp_path / "protocol.py").write_text(textwrap.dedent("""
+      def get_protocol():
+        return {"arms": [{"name": "a", "config": "configs/sge_coding.py", "overrides": []},
+                         {"name": "c", "config": "configs/sge_coding.py", "overrides": ["--config.sft.steps=7"]}],
+                "seeds": 1, "warm_starts": 1, "overrides": []}
+  """))
+  (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+  record, log = tmp_path / "record", str(tmp_path / "launched.jsonl")
+  out = sweep(f"--protocol={tmp_path / 'protocol.py'}", f"--root={tmp_path / 'root'}",
+              f"--train_script={tmp_path / 'fake_train.py'}", f"--record={record}", "--machine=m1",
+              env={"FAKE_LOG": log})
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
+  digests = {arm: provenance.load(record / "m1" / arm / "ws0_seed0")["start_digest"] for arm in ("a", "c")}
+  assert digests == {"a": "m1-ws0", "c": "m1-ws0-sft7"}
