@@ -27,6 +27,12 @@ ARMS += (("gigpo_twx_fresh", "configs/gigpo_twx.py",
 # prompt (methods/base.py, action_history), the memory a search needs.
 ARMS += (("gigpo_twx_memory", "configs/gigpo_twx.py",
           ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8")),)
+# Neither arm moved held-out success in its first run, and training success per iteration swung between 0.12
+# and 0.97 with no trend: with 4 games per iteration, which games were drawn decides an iteration. The memory
+# arm with twice the games per iteration and twice the iterations (4x the RL; ~80 min per run on 2 cores).
+ARMS += (("gigpo_twx_memory_big", "configs/gigpo_twx.py",
+          ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8",
+           "--config.rollout.num_tasks=8", "--config.train.num_iterations=40", "--config.checkpoint.every=4")),)
 
 
 def get_protocol() -> dict:
