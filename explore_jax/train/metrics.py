@@ -32,8 +32,7 @@ class MetricsWriter:
       with storage.open(self.path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
       self.history = [r for r in rows if resume_from is not None and r["iteration"] <= resume_from]
-      with storage.open(self.path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in self.history)
+      self._rewrite()
     self._tb = None
     if tensorboard and write:
       from tensorboardX import SummaryWriter
@@ -41,14 +40,18 @@ class MetricsWriter:
         _events_through_storage(storage.scheme(workdir))
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
+  def _rewrite(self) -> None:
+    """metrics.jsonl as the history, whole (a resume's truncation; every row in a bucket)."""
+    with storage.open(self.path, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in self.history)
+
   def write(self, iteration: int, scalars: Mapping[str, float]) -> None:
     row = {"iteration": int(iteration), **{k: _plain(v) for k, v in scalars.items()}}
     self.history.append(row)
     if not self._write:
       return
     if self._remote:
-      with storage.open(self.path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in self.history)
+      self._rewrite()
     else:
       with open(self.path, "a") as f:
         f.write(json.dumps(row) + "\n")
