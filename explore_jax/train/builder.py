@@ -82,7 +82,7 @@ class Parts:
     return ActorPool(num_actors=c.num_actors, tokenizer_dir=self.checkpoint_dir,
                      prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
                      max_prompt_tokens=self.server.prompt_len, episode_timeout_s=c.episode_timeout_s,
-                     batch_wait_s=c.get("batch_wait_s", float("inf")), image_layout=self.image_layout,
+                     batch_wait_s=c.batch_wait_s, image_layout=self.image_layout,
                      exchange=ProcessExchange() if jax.process_count() > 1 else None)
 
 
