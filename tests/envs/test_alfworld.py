@@ -119,6 +119,32 @@ def test_splits_draw_from_held_in_and_held_out_rooms():
     env.close()
 
 
+def test_max_receptacles_draws_games_from_the_smaller_rooms_only_and_they_play(cache):
+  for split in SPLITS:
+    small = generate.host_rooms(split, "pick_and_place_simple", 10)
+    assert small and set(small) < set(generate.host_rooms(split, "pick_and_place_simple"))
+    assert all(len(generate.load_room(n).receptacles) <= 10 for n in small)
+    assert {generate.game_spec(split, "pick_and_place_simple", j, 10).room for j in range(40)} <= set(small)
+  # No limit is the default world, game for game.
+  assert generate.game_spec("train", "look_at_obj_in_light", 3, None) == generate.game_spec(
+      "train", "look_at_obj_in_light", 3)
+  env = ALFWorldEnv(split="valid_unseen", task_types=["pick_and_place_simple"], data_dir="generated",
+                    cache_dir=cache, max_receptacles=10, oracle="search", max_steps=30)
+  try:
+    observation, info = env.reset(seed=2)
+    assert int(info["floor_plan"].removeprefix("FloorPlan")) in generate.host_rooms("valid_unseen",
+                                                                                    "pick_and_place_simple", 10)
+    assert len(env.receptacles) <= 10
+    total, terminated, info = play_oracle(env, seed=2)
+    assert terminated and total > 0 and info["success"]
+  finally:
+    env.close()
+  with pytest.raises(ValueError, match="max_receptacles must be a positive int"):
+    generate.host_rooms("train", "pick_and_place_simple", 0)
+  with pytest.raises(ValueError, match="no train room with at most 1 receptacles can host"):
+    ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=1)
+
+
 def test_generated_games_follow_the_rooms_metadata_and_the_plausibility_rules():
   tables = generate._tables()
   kinds = {"pick_heat_then_place_in_recep": {"Kitchen"},

@@ -351,6 +351,8 @@ class ALFWorldEnv(TextEnv):
     list_actions: whether the raw observation ends with them ("Actions: a, b, c."; implies
       `admissible`), as the prompts of verl-agent's ALFWorld agents list them.
     cache_dir: where generated games are cached (default EXPLORE_JAX_CACHE or ~/.cache/explore_jax).
+    max_receptacles: generated games only: draw rooms with at most this many receptacles (None: every room;
+      rooms hold 6-51, median 15; at 10, 18 held-in and 5 held-out rooms host pick & place).
     oracle: "walkthrough" (the planner's path, which knows where the object is) or "search" (what an agent
       that sees only the observation can do, pick & place goals only: go to the room's receptacles in the
       listed order, opening closed ones, until the object shows, take it, then go to the goal's receptacle
@@ -363,7 +365,7 @@ class ALFWorldEnv(TextEnv):
   def __init__(self, split: str = "train", task_types: Any = None, num_games: int | None = None,
                data_dir: str | None = None, max_steps: int = 50, admissible: bool = False,
                list_actions: bool = False, cache_dir: str | None = None, oracle: str = "walkthrough",
-               render_mode: str | None = None):
+               max_receptacles: int | None = None, render_mode: str | None = None):
     if split not in SPLITS:
       raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if oracle not in ORACLES:
@@ -372,6 +374,7 @@ class ALFWorldEnv(TextEnv):
     super().__init__(max_steps=max_steps, render_mode=render_mode)
     self.split = split
     self.task_types = _task_types(task_types)
+    self.max_receptacles = max_receptacles
     self.list_actions = bool(list_actions)
     self.admissible = bool(admissible) or self.list_actions
     if data_dir is None:
@@ -382,8 +385,12 @@ class ALFWorldEnv(TextEnv):
       self.root = generate.generated_root(cache_dir)
       total = DEFAULT_NUM_GAMES[split] if num_games is None else num_games
       for task_type in self.task_types:
-        if not generate.host_rooms(split, task_type):
-          raise ValueError(f"no {split} room can host {task_type}")
+        if not generate.host_rooms(split, task_type, max_receptacles):
+          limit = "" if max_receptacles is None else f" with at most {max_receptacles} receptacles"
+          raise ValueError(f"no {split} room{limit} can host {task_type}")
+    elif max_receptacles is not None:
+      raise ValueError("max_receptacles chooses the rooms of generated games; the official games' rooms are "
+                       f"fixed (data_dir={data_dir!r})")
     else:
       self.root = official_root(data_dir)
       self.official_games = [g for g in list_official_games(self.root, split)
@@ -421,7 +428,7 @@ class ALFWorldEnv(TextEnv):
   def game_spec(self, index: int) -> generate.GameSpec:
     """The generated game number `index` of this environment's split and task types."""
     task_type, j = generate.schedule(self.task_types, index)
-    return generate.game_spec(self.split, task_type, j)
+    return generate.game_spec(self.split, task_type, j, self.max_receptacles)
 
   def _game_file(self, index: int) -> tuple[str, str]:
     """(game file, task id) of game `index`, generating it if needed."""

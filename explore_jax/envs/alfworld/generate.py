@@ -298,10 +298,15 @@ def can_host(room: int, task_type: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def host_rooms(split: str, task_type: str) -> tuple[int, ...]:
-  """The split's rooms (held-in or held-out) that can host the task type."""
+def host_rooms(split: str, task_type: str, max_receptacles: int | None = None) -> tuple[int, ...]:
+  """The split's rooms (held-in or held-out) that can host the task type; with `max_receptacles`, only those
+  with at most that many receptacles (a smaller world: fewer places to search, shorter observations)."""
   _check_split(split)
-  return tuple(n for n in SPLIT_ROOMS[split] if can_host(n, task_type))
+  if max_receptacles is not None and (isinstance(max_receptacles, bool) or not isinstance(max_receptacles, int)
+                                      or max_receptacles < 1):
+    raise ValueError(f"max_receptacles must be a positive int or None, got {max_receptacles!r}")
+  return tuple(n for n in SPLIT_ROOMS[split] if can_host(n, task_type) and (
+      max_receptacles is None or len(load_room(n).receptacles) <= max_receptacles))
 
 
 def _check_task_type(task_type: str) -> None:
@@ -397,11 +402,13 @@ def _hash_int(text: str) -> int:
   return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
-def game_spec(split: str, task_type: str, index: int) -> GameSpec:
-  """The split's index-th game of a task type (index >= 0): room and seed hashed from the three."""
-  rooms = host_rooms(split, task_type)
+def game_spec(split: str, task_type: str, index: int, max_receptacles: int | None = None) -> GameSpec:
+  """The split's index-th game of a task type (index >= 0): room and seed hashed from the three, the room among
+  `host_rooms(split, task_type, max_receptacles)`."""
+  rooms = host_rooms(split, task_type, max_receptacles)
   if not rooms:
-    raise GenerationError(f"no {split} room can host {task_type}")
+    limit = "" if max_receptacles is None else f" with at most {max_receptacles} receptacles"
+    raise GenerationError(f"no {split} room{limit} can host {task_type}")
   if isinstance(index, bool) or not isinstance(index, int) or index < 0:
     raise ValueError(f"index must be a non-negative int, got {index!r}")
   h = _hash_int(f"{GENERATOR_VERSION}/{split}/{task_type}/{index}")
@@ -695,9 +702,9 @@ def write_game(root: str, spec: GameSpec, solver: Solver | None = None) -> str:
 
 
 def generate(split: str, task_type: str, index: int, cache_dir: str | None = None,
-             solver: Solver | None = None) -> str:
+             solver: Solver | None = None, max_receptacles: int | None = None) -> str:
   """The split's index-th game of a task type, generated into the cache unless already there."""
-  return write_game(generated_root(cache_dir), game_spec(split, task_type, index), solver)
+  return write_game(generated_root(cache_dir), game_spec(split, task_type, index, max_receptacles), solver)
 
 
 def schedule(task_types: Sequence[str], index: int) -> tuple[str, int]:
@@ -712,6 +719,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--num-games", type=int, default=12)
   parser.add_argument("--task-types", nargs="*", default=list(TASK_TYPES), choices=TASK_TYPES)
   parser.add_argument("--cache-dir", default=None)
+  parser.add_argument("--max-receptacles", type=int, default=None, help="only rooms with at most this many")
   args = parser.parse_args(argv)
   memoize_textworld()
   solver = Solver()
@@ -719,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   times = []
   for i in range(args.num_games):
     task_type, j = schedule(args.task_types, i)
-    spec = game_spec(args.split, task_type, j)
+    spec = game_spec(args.split, task_type, j, args.max_receptacles)
     start = time.perf_counter()
     path = write_game(root, spec, solver)
     times.append(time.perf_counter() - start)
