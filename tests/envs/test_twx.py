@@ -1,6 +1,7 @@
 """TextWorld-Express-v0 (and the Java worlds' shared part): gold paths, seeds, the grammar, refused
 actions, state keys, parallel copies, a JVM killed mid-episode, lazy imports."""
 
+import collections
 import os
 import signal
 import subprocess
@@ -175,6 +176,42 @@ def test_the_oracle_follows_only_the_gold_path_and_running_out_of_steps_explains
     assert info["feedback"] == "Failure: out of steps with the task unfinished (score 0.00 of 1)."
   finally:
     truncated_env.close()
+
+
+def test_the_search_oracle_finds_the_coin_from_the_observations_alone_and_walks_back_out_of_dead_ends():
+  env = TextWorldExpressEnv(game="coin", game_params="numLocations=6,numDistractorItems=0,includeDoors=0",
+                            split="dev", max_steps=10, oracle="search")
+  try:
+    lengths, walked_back = [], []
+    for seed in range(24):
+      observation, info = env.reset(seed=seed)
+      done, crossings = False, collections.Counter()
+      while not done:
+        action = env.oracle_action()
+        assert action in info["admissible_actions"]
+        before = env.rooms[-1]
+        observation, reward, terminated, truncated, info = env.step(action)
+        if action.startswith("move "):
+          assert env.rooms[-1] != before
+          crossings[frozenset((before, env.rooms[-1]))] += 1
+        else:
+          assert env.rooms[-1] == before
+        done = terminated or truncated
+      assert info["success"], (seed, env.history)
+      # A depth-first search: each passage between two rooms walked at most once each way.
+      assert max(crossings.values(), default=0) <= 2, (seed, env.history)
+      lengths.append(len(env.history))
+      walked_back.append(max(crossings.values(), default=0) == 2)
+    assert max(lengths) > 5 and any(walked_back)  # some games needed a search that walked back
+    # Its demonstrations are what oracle_demonstrations hands the SFT warm start.
+    demos = oracle_demonstrations(env, seeds=range(4))
+    assert all(d.success and len(d.observations) == len(d.actions) for d in demos)
+  finally:
+    env.close()
+  with pytest.raises(ValueError, match="the search oracle plays coin games without doors"):
+    TextWorldExpressEnv(game="coin", oracle="search")
+  with pytest.raises(ValueError, match="oracle must be one of"):
+    TextWorldExpressEnv(game="coin", oracle="walkthrough")
 
 
 def test_an_oracle_first_asked_mid_episode_regenerates_the_game_and_replays_the_episode():
