@@ -31,12 +31,13 @@ SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you s
 # limit, the prompt budget in tokens, and the held-in pool / SFT game offset. The worlds' own docstrings
 # (explore_jax/envs/*) describe their kwargs, splits and observations.
 WORLDS = {
-    # Find the coin in a house of 4 rooms without doors: look, move, take. Its gold paths are 2-7 actions.
+    # Find the coin in a house of 4 rooms without doors: look, move, take. Its gold paths are 2-7 actions and go
+    # straight to the coin; `--config.sft.env_kwargs.oracle=search` demonstrates a search instead (envs/twx.py).
     "twx": dict(
         id="explore_jax/TextWorldExpress-v0",
         kwargs={"game": "coin", "game_params": "numLocations=4,numDistractorItems=0,includeDoors=0",
                 "split": "train", "list_actions": True},
-        eval_kwargs={"split": "dev"},
+        eval_kwargs={"split": "dev"}, sft_kwargs={"oracle": "gold"},
         max_steps=8, max_prompt_tokens=384, max_new_tokens=8, sft_offset=500),
     # Find a plant (the world's "easy" simplifications: teleport, doors open), the shortest task family.
     "scienceworld": dict(
