@@ -62,7 +62,8 @@ WORLDS = {
     # 21 within 15 steps) and the prompt lists the episode's actions so far, the memory a search needs.
     "alfworld": dict(
         id="explore_jax/ALFWorld-v0",
-        kwargs={"split": "train", "task_types": ["pick_and_place_simple"], "list_actions": False},
+        kwargs={"split": "train", "task_types": ["pick_and_place_simple"], "list_actions": False,
+                "max_receptacles": ml_collections.config_dict.placeholder(int)},  # e.g. 10: the smaller rooms
         eval_kwargs={"split": "valid_unseen"}, sft_kwargs={"oracle": "search"}, action_history=15,
         max_steps=15, max_prompt_tokens=704, max_new_tokens=20, sft_offset=500),
 }
