@@ -2,9 +2,10 @@
 
 A directory with `tokenizer.json` loads through transformers (a fast tokenizer, every modern checkpoint). A
 directory whose tokenizer is only a SentencePiece model, `tokenizer.model` (Llama-2-style checkpoints),
-loads through `sentencepiece` itself: transformers would otherwise guess a tokenizer for it and, without a
-`tokenizer_class` in tokenizer_config.json, silently build one that splits text differently from the model's
-own (tests/test_tokenization.py shows the mismatch). `SentencePieceTokenizer` has the small part of the
+loads through `sentencepiece` itself: without a `tokenizer_class` in tokenizer_config.json transformers
+guesses a tokenizer for it, and what it guesses changes between its releases (5.23 built one that split text
+differently from the model's own processor; 5.24 agrees with it). The model's own processor is the reference,
+whatever transformers is installed. `SentencePieceTokenizer` has the small part of the
 transformers tokenizer interface this project uses: call, decode, the special token ids, token -> id, the
 chat template from tokenizer_config.json, save_pretrained.
 """

@@ -83,14 +83,6 @@ def test_a_sentencepiece_only_directory_loads_through_sentencepiece(sp_dir, tmp_
   assert ours.convert_tokens_to_ids("</s>") == theirs.convert_tokens_to_ids("</s>") == 2
 
 
-def test_left_to_itself_transformers_would_split_the_text_differently(sp_dir):
-  """Why the directory is not handed to AutoTokenizer: without a tokenizer_class it builds a tokenizer of its
-  own guess from tokenizer.model whose ids are not the model's."""
-  guessed = transformers.AutoTokenizer.from_pretrained(str(sp_dir), local_files_only=True)
-  sp = sentencepiece.SentencePieceProcessor(model_file=str(sp_dir / "tokenizer.model"))
-  assert any(guessed(t, add_special_tokens=False)["input_ids"] != sp.encode(t) for t in TEXTS)
-
-
 def test_the_chat_template_renders_as_transformers_renders_it(sp_dir, tmp_path):
   directory = tmp_path / "chat"
   shutil.copytree(sp_dir, directory)
