@@ -83,6 +83,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.min_sampler_rows = 0   # 0: every sampling call has num_actors x envs_per_actor (x processes) rows;
                                    # N: the fewest of N, 2N, 4N, ... that hold its requests (less work, more
                                    # compiled shapes)
+  c.rollout.prompt_width_bucket = 64  # a prompt is sampled at its length rounded up to this: a row's bits depend
+                                      # on its width, so a protocol keeps one setting
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

@@ -129,7 +129,7 @@ def build(config: Any, workdir: str) -> Parts:
                            response_len=r.max_new_tokens, max_steps=max_steps,
                            batch_size=r.num_actors * r.envs_per_actor * jax.process_count(), lora=lora,
                            base_params=pre.params if lora is not None else None, image_layout=layout,
-                           min_rows=int(r.get("min_sampler_rows", 0)))
+                           min_rows=r.min_sampler_rows, width_bucket=r.prompt_width_bucket)
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
   delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]
   train_sampling = sampling.make_sampling_params(method.temperatures(), delimiters, eos_ids=eos, top_p=r.top_p)

@@ -6,9 +6,11 @@ vectors with the policy itself (mean of its final hidden states over the text's 
 that actors stay free of jax. Both are bound to the parameters and keys of one collection with `bind`.
 
 A row's randomness is keyed by its (episode, step), so a response does not depend on which requests share
-its batch, and neither does its prompt width: prompts are sampled at their own length rounded up to 64
-(a few compiled widths, far less prefill than max_prompt_tokens). A method's generation after the episode
-(`PromptRequest.final`, EMPO2's tip) is sampled like any step, at step index = the episode's length.
+its batch, and neither does its prompt width: prompts are sampled at their own length rounded up to
+`width_bucket` tokens (64: a few compiled widths, far less prefill than max_prompt_tokens; a coarser bucket
+puts a round's prompts of different lengths into fewer, fuller calls, at the price of more prefill). A
+method's generation after the episode (`PromptRequest.final`, EMPO2's tip) is sampled like any step, at step
+index = the episode's length.
 
 With LoRA (`lora`, `base_params`), the params a caller binds are the policy's adapters: `bind` merges them into
 the frozen base once (models/lora.py: `merge`), so sampling and embedding run the plain model's computation.
@@ -40,8 +42,6 @@ from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 from explore_jax.parallel import distributed
 
-_WIDTH_BUCKET = 64
-
 
 @dataclasses.dataclass
 class InferenceServer:
@@ -59,6 +59,7 @@ class InferenceServer:
   # 0: every sampling call has batch_size rows. N > 0: a call has the fewest rows of N, 2N, 4N, ... (at most
   # batch_size) that hold its requests, so a call half full does half the work (more compiled shapes).
   min_rows: int = 0
+  width_bucket: int = 64  # prompt widths are multiples of this (at most prompt_len)
 
   def rows(self, requests: int) -> int:
     """The batch rows of a sampling call that answers `requests` requests (at most batch_size)."""
@@ -146,10 +147,10 @@ class InferenceServer:
     return [np.stack(v).astype(np.float32) if v else np.zeros((0, dim), np.float32) for v in out]
 
   def _chunks(self, items: list, length: Callable[[Any], int]) -> list[tuple[int, list]]:
-    """Items grouped by their width (length rounded up to 64, at most prompt_len), in batches of B."""
+    """Items grouped by their width (length rounded up to width_bucket, at most prompt_len), in batches of B."""
     by_width: dict[int, list] = {}
     for item in items:
-      width = min(self.prompt_len, -(-max(length(item), 1) // _WIDTH_BUCKET) * _WIDTH_BUCKET)
+      width = min(self.prompt_len, -(-max(length(item), 1) // self.width_bucket) * self.width_bucket)
       by_width.setdefault(width, []).append(item)
     B = self.batch_size
     return [(P, rs[i:i + B]) for P, rs in sorted(by_width.items()) for i in range(0, len(rs), B)]

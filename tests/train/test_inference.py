@@ -149,3 +149,26 @@ def test_min_rows_samples_a_call_on_the_fewest_rows_with_the_same_answers(server
   for a, b in zip(full, fewer):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_a_coarser_width_bucket_puts_prompts_of_different_lengths_in_one_call(server_and_params, monkeypatch):
+  """rollout.prompt_width_bucket: at 128 the short prompts and the long one share a call at width 128, and
+  every request is still answered (a row's last bits may move with its width: a protocol keeps one setting)."""
+  import dataclasses
+
+  server, params = server_and_params
+  coarse = dataclasses.replace(server, width_bucket=128)
+  widths = []
+  generate = sampling.generate
+  monkeypatch.setattr(sampling, "generate", lambda model, params, prompt, *a, **k: (
+      widths.append(prompt.shape[1]), generate(model, params, prompt, *a, **k))[1])
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:2] + TEXTS[3:4])]
+  fine = server.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
+  assert widths == [64, 128]
+  widths.clear()
+  answers = coarse.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
+  assert widths == [128]
+  assert len(answers) == len(fine) == 3 and all(len(a.tokens) > 0 for a in answers)
+  # The long prompt had width 128 either way: its row's answer is the same token for token.
+  np.testing.assert_array_equal(answers[2].tokens, fine[2].tokens)
