@@ -129,6 +129,21 @@ def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
     layout.expand([1, 2, 3], [red])
 
 
+def _record_prompt_shapes(monkeypatch) -> list:
+  """The (rows, width) of every sampling call from now on."""
+  shapes = []
+  generate = sampling.generate
+  monkeypatch.setattr(sampling, "generate", lambda model, params, prompt, *a, **k: (
+      shapes.append(prompt.shape), generate(model, params, prompt, *a, **k))[1])
+  return shapes
+
+
+def _two_short_and_one_long(server):
+  """Sampling params and three requests: two prompts of width 64, one of width 128."""
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  return params_sampling, [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:2] + TEXTS[3:4])]
+
+
 def test_min_rows_samples_a_call_on_the_fewest_rows_with_the_same_answers(server_and_params, monkeypatch):
   """rollout.min_sampler_rows: a call holding few requests runs on a smaller batch (N, 2N, ... up to
   batch_size) and answers them as the full batch does (the same tokens; log-probs equal up to rounding)."""
@@ -137,15 +152,11 @@ def test_min_rows_samples_a_call_on_the_fewest_rows_with_the_same_answers(server
   server, params = server_and_params
   small = dataclasses.replace(server, min_rows=2)
   assert [small.rows(n) for n in (1, 2, 3, 4)] == [2, 2, 4, 4] and server.rows(1) == 4
-  rows = []
-  generate = sampling.generate
-  monkeypatch.setattr(sampling, "generate", lambda model, params, prompt, *a, **k: (
-      rows.append(prompt.shape[0]), generate(model, params, prompt, *a, **k))[1])
-  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
-  requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:2] + TEXTS[3:4])]
+  shapes = _record_prompt_shapes(monkeypatch)
+  params_sampling, requests = _two_short_and_one_long(server)
   full = server.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
   fewer = small.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
-  assert rows == [4, 4, 2, 2]  # two calls each: 2 requests at width 64, the long one alone at width 128
+  assert [rows for rows, _ in shapes] == [4, 4, 2, 2]  # two calls each: 2 requests at width 64, the long one alone at width 128
   for a, b in zip(full, fewer):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
@@ -158,17 +169,13 @@ def test_a_coarser_width_bucket_puts_prompts_of_different_lengths_in_one_call(se
 
   server, params = server_and_params
   coarse = dataclasses.replace(server, width_bucket=128)
-  widths = []
-  generate = sampling.generate
-  monkeypatch.setattr(sampling, "generate", lambda model, params, prompt, *a, **k: (
-      widths.append(prompt.shape[1]), generate(model, params, prompt, *a, **k))[1])
-  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
-  requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:2] + TEXTS[3:4])]
+  shapes = _record_prompt_shapes(monkeypatch)
+  params_sampling, requests = _two_short_and_one_long(server)
   fine = server.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
-  assert widths == [64, 128]
-  widths.clear()
+  assert [width for _, width in shapes] == [64, 128]
+  shapes.clear()
   answers = coarse.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
-  assert widths == [128]
+  assert [width for _, width in shapes] == [128]
   assert len(answers) == len(fine) == 3 and all(len(a.tokens) > 0 for a in answers)
   # The long prompt had width 128 either way: its row's answer is the same token for token.
   np.testing.assert_array_equal(answers[2].tokens, fine[2].tokens)
