@@ -44,9 +44,12 @@ ARMS += (("gigpo_twx_memory_lr", "configs/gigpo_twx.py",
 # paths that go straight to a coin no observation shows. The memory arm warm-started on the searching oracle's
 # episodes instead (envs/twx.py, oracle="search"): behaviour the prompt (the room, its exits, the last 8
 # actions) can support, for RL to sharpen.
-ARMS += (("gigpo_twx_search", "configs/gigpo_twx.py",
-          ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8",
-           "--config.sft.env_kwargs.oracle=search")),)
+# The same arm for GRPO (episode-level credit only) over the same warm starts: does GiGPO's step-level credit
+# matter for the held-out gain the GiGPO arm shows?
+ARMS += tuple((f"{method}_twx_search", f"configs/{method}_twx.py",
+               ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8",
+                "--config.sft.env_kwargs.oracle=search"))
+              for method in ("gigpo", "grpo"))
 
 # ALFWorld's tiny warm starts win nothing in rooms of up to 51 receptacles (docs/results.md): the same games
 # drawn from the rooms with at most 10 (18 held-in, 5 held-out; the searching oracle wins in 4-11 steps, median
