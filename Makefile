@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/sge_coding.py
 WORKDIR ?= runs/sge_coding
 
-.PHONY: run test bench install dev clean browser
+.PHONY: run test bench install install-gpu dev clean browser
 
 # The venv's bin comes first on PATH while installing: packages that compile (fast-downward for
 # TextWorld's PDDL games) run `python` in their build scripts, which must be this venv's.
@@ -22,6 +22,13 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 
 install: browser $(VENV)/.installed
 dev: $(VENV)/.installed-dev
+
+# NVIDIA GPU hosts: the same environment plus jax's CUDA 12 plugin (requirements-gpu.txt); then every command runs
+# on the GPUs (JAX picks them up; JAX_PLATFORMS=cpu forces the CPU).
+install-gpu: browser $(VENV)/.installed-gpu
+$(VENV)/.installed-gpu: $(VENV)/.installed requirements-gpu.txt
+	$(PY) -m pip install --quiet -r requirements-gpu.txt
+	touch $@
 
 # MiniWoB-v0 (explore_jax/envs/miniwob.py) drives a real Chromium through chromedriver: Debian's packages, installed
 # with apt only when they are missing (about 540 MB, ~35 s) and when MINIWOB_CHROME_BINARY / MINIWOB_CHROMEDRIVER
