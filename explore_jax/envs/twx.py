@@ -133,7 +133,7 @@ class TextWorldExpressEnv(JavaTextEnv):
 
   def _send(self, action: str) -> str:
     self._update(self._answer("stepJSON", action))
-    self.rooms.append(self._room(self.rooms[-1] if self.rooms else ""))
+    self.rooms.append(self._room(self.rooms[-1]))
     return ""
 
   def _room(self, unchanged: str) -> str:

@@ -61,6 +61,10 @@ class InferenceServer:
   min_rows: int = 0
   width_bucket: int = 64  # prompt widths are multiples of this (at most prompt_len)
 
+  def __post_init__(self):
+    if isinstance(self.width_bucket, bool) or not isinstance(self.width_bucket, int) or self.width_bucket < 1:
+      raise ValueError(f"width_bucket (rollout.prompt_width_bucket) must be a positive int, got {self.width_bucket!r}")
+
   def rows(self, requests: int) -> int:
     """The batch rows of a sampling call that answers `requests` requests (at most batch_size)."""
     if self.min_rows <= 0:

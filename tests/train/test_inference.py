@@ -156,7 +156,8 @@ def test_min_rows_samples_a_call_on_the_fewest_rows_with_the_same_answers(server
   params_sampling, requests = _two_short_and_one_long(server)
   full = server.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
   fewer = small.bind(params, jax.random.key(5), params_sampling, 0)[0](requests)
-  assert [rows for rows, _ in shapes] == [4, 4, 2, 2]  # two calls each: 2 requests at width 64, the long one alone at width 128
+  # Two calls each: 2 requests at width 64, the long one alone at width 128.
+  assert [rows for rows, _ in shapes] == [4, 4, 2, 2]
   for a, b in zip(full, fewer):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
@@ -179,3 +180,5 @@ def test_a_coarser_width_bucket_puts_prompts_of_different_lengths_in_one_call(se
   assert len(answers) == len(fine) == 3 and all(len(a.tokens) > 0 for a in answers)
   # The long prompt had width 128 either way: its row's answer is the same token for token.
   np.testing.assert_array_equal(answers[2].tokens, fine[2].tokens)
+  with pytest.raises(ValueError, match="prompt_width_bucket"):
+    dataclasses.replace(server, width_bucket=0)

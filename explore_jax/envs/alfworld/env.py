@@ -386,8 +386,7 @@ class ALFWorldEnv(TextEnv):
       total = DEFAULT_NUM_GAMES[split] if num_games is None else num_games
       for task_type in self.task_types:
         if not generate.host_rooms(split, task_type, max_receptacles):
-          limit = "" if max_receptacles is None else f" with at most {max_receptacles} receptacles"
-          raise ValueError(f"no {split} room{limit} can host {task_type}")
+          raise ValueError(generate.no_host_room(split, task_type, max_receptacles))
     elif max_receptacles is not None:
       raise ValueError("max_receptacles chooses the rooms of generated games; the official games' rooms are "
                        f"fixed (data_dir={data_dir!r})")

@@ -309,6 +309,12 @@ def host_rooms(split: str, task_type: str, max_receptacles: int | None = None) -
       max_receptacles is None or len(load_room(n).receptacles) <= max_receptacles))
 
 
+def no_host_room(split: str, task_type: str, max_receptacles: int | None = None) -> str:
+  """Why no game of the task type can be drawn from the split's rooms (host_rooms is empty)."""
+  limit = "" if max_receptacles is None else f" with at most {max_receptacles} receptacles"
+  return f"no {split} room{limit} can host {task_type}"
+
+
 def _check_task_type(task_type: str) -> None:
   if task_type not in TASK_TYPES:
     raise ValueError(f"task type must be one of {TASK_TYPES}, got {task_type!r}")
@@ -407,8 +413,7 @@ def game_spec(split: str, task_type: str, index: int, max_receptacles: int | Non
   `host_rooms(split, task_type, max_receptacles)`."""
   rooms = host_rooms(split, task_type, max_receptacles)
   if not rooms:
-    limit = "" if max_receptacles is None else f" with at most {max_receptacles} receptacles"
-    raise GenerationError(f"no {split} room{limit} can host {task_type}")
+    raise GenerationError(no_host_room(split, task_type, max_receptacles))
   if isinstance(index, bool) or not isinstance(index, int) or index < 0:
     raise ValueError(f"index must be a non-negative int, got {index!r}")
   h = _hash_int(f"{GENERATOR_VERSION}/{split}/{task_type}/{index}")
