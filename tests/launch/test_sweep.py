@@ -232,6 +232,17 @@ def test_the_text_world_protocol_plans_every_world_and_method():
       assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) >= protocol.WARM_STARTS
 
 
+def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
+  from configs.protocols import miniwob as protocol
+  out = sweep("--protocol=configs/protocols/miniwob.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == len(protocol.ARMS) * protocol.WARM_STARTS * protocol.SEEDS >= 3
+  assert all("--config=configs/grpo_miniwob.py" in line and "--config.rollout.task_pool=0" in line for line in lines)
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+
+
 # --- Sweeps made from product / zip override grids; --parallel; --tpu ---------------------------------------
 
 
@@ -310,7 +321,7 @@ def test_a_bad_sweep_file_is_a_one_line_error(tmp_path):
       "error: zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1")
 
 
-@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds"])
+@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob"])
 def test_the_protocols_plan_the_same_runs_as_before_grids(protocol):
   """The arms form of configs/protocols/ plans what it planned before product/zip existed: every run's
   directory and command, from the file's own constants by the rule it always had."""
