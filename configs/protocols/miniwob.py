@@ -8,6 +8,8 @@ the trained policy.
 A run is (arm, warm start W, seed S) in root/<machine>/<arm>/ws<W>_seed<S> (launch/sweep.py).
 """
 
+from configs import protocols
+
 # One warm start (its SFT is ~16 minutes on 2 cores, RL ~10) and three RL seeds: the three runs the results
 # protocol asks before a learning claim; more warm starts go on top of the same arms.
 WARM_STARTS = 1
@@ -27,9 +29,4 @@ ARMS += (("grpo_miniwob_fresh_lr", "configs/grpo_miniwob.py", (*ARMS[0][2], "--c
 
 
 def get_protocol() -> dict:
-  return {
-      "arms": [{"name": name, "config": config, "overrides": list(overrides)} for name, config, overrides in ARMS],
-      "seeds": list(range(SEEDS)),
-      "warm_starts": list(range(WARM_STARTS)),
-      "overrides": [],
-  }
+  return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)

@@ -10,6 +10,8 @@ warm start; another machine computes another one, docs/determinism.md) and --con
 ablations are overrides of configs/sge_coding.py, so they differ from SGE in one knob.
 """
 
+from configs import protocols
+
 # How many warm starts and RL seeds every arm gets on each machine: runs per arm and machine = WARM_STARTS x
 # SEEDS. docs/results.md holds the power argument (stats.permutation_power with strata): what buys power
 # is runs per arm (about 24 for SGE vs GRPO), and more warm starts make the result less a property of one
@@ -32,10 +34,7 @@ ARMS = (
 
 
 def get_protocol() -> dict:
-  return {
-      "arms": [{"name": name, "config": config, "overrides": list(overrides)} for name, config, overrides in ARMS],
-      "seeds": list(range(SEEDS)),
-      "warm_starts": list(range(WARM_STARTS)),
-      "overrides": [f"--config.train.num_iterations={ITERATIONS}", f"--config.rollout.task_pool={TASKS}",
-                    f"--config.env.kwargs.num_tasks={TASKS}"],
-  }
+  return protocols.protocol(
+      ARMS, seeds=SEEDS, warm_starts=WARM_STARTS,
+      overrides=[f"--config.train.num_iterations={ITERATIONS}", f"--config.rollout.task_pool={TASKS}",
+                 f"--config.env.kwargs.num_tasks={TASKS}"])

@@ -10,6 +10,8 @@ worlds share a directory tree but are only ever compared within their world (com
 the table per world).
 """
 
+from configs import protocols
+
 # Three warm starts of one RL seed each: three runs per arm and world, the minimum the results protocol asks before
 # a learning claim; more seeds go on top of the same blocks.
 WARM_STARTS = 3
@@ -60,9 +62,4 @@ ARMS += tuple((f"{method}_alfworld_small", f"configs/{method}_alfworld.py",
 
 
 def get_protocol() -> dict:
-  return {
-      "arms": [{"name": name, "config": config, "overrides": list(overrides)} for name, config, overrides in ARMS],
-      "seeds": list(range(SEEDS)),
-      "warm_starts": list(range(WARM_STARTS)),
-      "overrides": [],
-  }
+  return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)
