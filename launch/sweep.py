@@ -46,8 +46,9 @@ completed run and at the end, launch/compare.py compares all complete runs, grou
 
 --parallel=N keeps N runs going, each its own process, started in the same order; their output goes to each
 run's sweep_stdout.log and sweep_stderr.log (with N = 1 it also passes through, as before). A run waits while
-another run of its warm start W is going, unless its own arm already has a run of W with a checkpoint (the
-SFT warm start is then cached; two runs computing it at once would both write its cache entry), and the next
+another run of its warm start W is going, unless a run of W with the same SFT inputs (its own arm, or one that
+differs only in RL settings) already has a checkpoint (the SFT warm start is then cached; two runs computing it
+at once would both write its cache entry), and the next
 run that may start goes first meanwhile (may_start): runs side by side come from different warm starts, or
 from one already cached. Comparisons and records are made by the sweep alone, after each run ends, from the
 runs that have ended (never from one still writing), and a --record directory is locked while written.
@@ -457,12 +458,14 @@ def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
   """Whether `run` may start beside the runs `going` without two processes computing one SFT warm start at
   once (each would compute it and write the same cache entry). The cache key holds sft.seed, so runs of other
   warm starts never share it: they always may. Of one warm start, runs of other arms may use other SFT inputs,
-  so `run` waits for them, unless a run of its own arm (the same config and overrides) from the same warm
-  start has a checkpoint here: train.py saves step 0 only after the warm start is cached. Runs restored from a
+  so `run` waits for them, unless a run with the same SFT inputs (warm_start_args: the same config and
+  overrides of the warm start's fields, so arms that differ only in RL knobs share it) from the same warm start
+  has a checkpoint here: train.py saves step 0 only after the warm start is cached. Runs restored from a
   record hold no checkpoints, so a fresh clone computes each warm start once before sharing it."""
+  inputs = warm_start_args(run)
   return not any(g.warm_start == run.warm_start for g in going) or any(
-      r.arm == run.arm and r.warm_start == run.warm_start and _listdir(os.path.join(r.workdir, "checkpoints"))
-      for r in planned)
+      r.warm_start == run.warm_start and warm_start_args(r) == inputs
+      and _listdir(os.path.join(r.workdir, "checkpoints")) for r in planned)
 
 
 # The config fields that decide a warm start (explore_jax/train/warm_start.py: warm_start_key), as a run's
@@ -470,6 +473,18 @@ def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
 WARM_START_FIELDS = (("model", "checkpoint"), ("model", "lora"), ("sft",), ("env",), ("rollout", "max_prompt_tokens"),
                      ("rollout", "max_new_tokens"), ("system_prompt",), ("instruction",), ("history_steps",),
                      ("action_history",))
+
+
+def warm_start_args(run: Run) -> tuple[str, ...]:
+  """The arguments of the run's command that can change its warm start: its config and its overrides of
+  WARM_START_FIELDS (or of fields within them), sorted. Overrides apply after the config file builds the
+  config, so an override of any other field (a learning rate, the RL iterations) leaves the SFT inputs alone."""
+  def decides(arg: str) -> bool:
+    if arg.startswith("--config="):
+      return True
+    path = tuple(arg.partition("=")[0].split(".")[1:]) if arg.startswith("--config.") else ()
+    return bool(path) and any(path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS)
+  return tuple(sorted(arg for arg in run.command if decides(arg)))
 
 
 def warm_start_inputs(workdir: str) -> str | None:

@@ -449,17 +449,28 @@ def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(
   assert "| p_failure=0.25 | trained / train | 4 |" in (root / "compare" / "compare.md").read_text()
 
 
-def test_may_start_keeps_one_run_per_warm_start_until_its_arm_has_it_cached(tmp_path):
-  runs = [sweep_py.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"), [])
-          for seed in (0, 1) for ws in (0, 1) for arm in ("a", "b")]
+def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cached(tmp_path):
+  overrides = {"a": [], "b": ["--config.sft.steps=5"], "c": ["--config.optimizer.learning_rate=4e-4"]}
+
+  def run(arm, ws, seed):
+    return sweep_py.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"),
+                        ["python", "launch/train.py", "--config=configs/x.py", f"--config.seed={seed}",
+                         f"--config.sft.seed={ws}", *overrides[arm]])
+
+  runs = [run(arm, ws, seed) for seed in (0, 1) for ws in (0, 1) for arm in ("a", "b")]
   a00, b00, a10, b10, a01, b01, a11, b11 = runs  # arm, warm start, seed
   assert sweep_py.may_start(b00, [a00], runs) is False  # warm start 0 may be computing for arm a
   assert sweep_py.may_start(a10, [a00], runs) and sweep_py.may_start(b10, [a00], runs)  # other warm starts
   assert sweep_py.may_start(a01, [a00], runs) is False
   os.makedirs(os.path.join(a00.workdir, "checkpoints", "0"))  # arm a got past warm start 0: it is cached
   assert sweep_py.may_start(a01, [a00], runs) and sweep_py.may_start(a01, [a00, b00], runs)
-  assert sweep_py.may_start(b00, [a00], runs) is False  # arm b's inputs may differ: not known cached
+  assert sweep_py.may_start(b00, [a00], runs) is False  # arm b's SFT differs: not cached
   assert sweep_py.may_start(b00, [a10], runs)
+  # An arm that differs from a only in an RL knob shares a's warm start, cached or not.
+  c00, c10 = run("c", 0, 0), run("c", 1, 0)
+  assert sweep_py.warm_start_args(c00) == sweep_py.warm_start_args(a00) != sweep_py.warm_start_args(b00)
+  assert sweep_py.may_start(c00, [a00], [*runs, c00])
+  assert sweep_py.may_start(c10, [a10], [*runs, c10]) is False  # warm start 1: no run has it yet
 
 
 def test_tpu_dry_run_prints_the_tpu_run_command_of_every_run(tmp_path):
