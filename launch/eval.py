@@ -72,9 +72,11 @@ def main(argv):
   except (FileNotFoundError, ValueError) as e:  # the config or flags name something that is not there
     sys.exit(f"error: {e}")
   sets = [(split, split == "held-out") for split in _SPLITS.value]
+  # The warm start samples the streams a training run's warm-start pass@k uses: the same episodes and numbers.
+  key = parts.evaluator.warm_start_sampling_key() if not _RUN.value and _POLICY.value == "warm_start" else None
   with parts.make_pool() as pool:
     evals = [parts.evaluator.pass_at_k(
-        pool, params, label=f"{label} / {split}", held_out=held, transcripts_per_task=_TRANSCRIPTS.value,
+        pool, params, label=f"{label} / {split}", held_out=held, key=key, transcripts_per_task=_TRANSCRIPTS.value,
         transcripts=os.path.join(output, f"transcripts-{split}.jsonl") if _TRANSCRIPTS.value else None)
         for split, held in sets]
   text = parts.evaluator.write_summary(evals, output)

@@ -28,6 +28,8 @@ from explore_jax.train.warm_start import config_hash
 WARM_PASS_AT_K = "pass_at_k_warm_start.json"
 # The pass@k samples' key: the same streams for any parameters (fold_in(key, PASS_AT_K_STREAM + held_out)).
 PASS_AT_K_STREAM = 1_000_003
+# In the warm start's pass@k cache key: entries cached when its samples came from the RL seed's key are not read.
+WARM_SAMPLES_FROM = "sft.seed"
 
 
 class Evaluator:
@@ -46,9 +48,10 @@ class Evaluator:
 
   def pass_at_k(self, pool: ActorPool, params: Any, *, label: str, held_out: bool,
                 log: Callable[[str], None] = print, transcripts: Optional[str] = None,
-                transcripts_per_task: int = 1) -> evaluation.TaskSetEval:
-    """pass@k of `params` on the training tasks or the held-out ones; with `transcripts` (a path), the first
-    `transcripts_per_task` episodes of each task are also written there (evaluation.write_transcripts)."""
+                transcripts_per_task: int = 1, key: Optional[jax.Array] = None) -> evaluation.TaskSetEval:
+    """pass@k of `params` on the training tasks or the held-out ones, sampled from `key`'s pass@k streams (the
+    run's key by default); with `transcripts` (a path), the first `transcripts_per_task` episodes of each task
+    are also written there (evaluation.write_transcripts)."""
     c = self.config
     env_kwargs = dict(c.env.kwargs)
     if held_out:
@@ -62,7 +65,7 @@ class Evaluator:
     n = c.eval.passk_samples
     specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
                          env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
-    key = jax.random.fold_in(self.key, PASS_AT_K_STREAM + int(held_out))
+    key = jax.random.fold_in(self.key if key is None else key, PASS_AT_K_STREAM + int(held_out))
     policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, -1)
     from tqdm import tqdm
 
@@ -76,18 +79,26 @@ class Evaluator:
     """What pass_at_k_sets samples, for a log line."""
     return "training and held-out task" if self.config.rollout.task_pool else "held-out task"
 
-  def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str) -> list[evaluation.TaskSetEval]:
+  def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str,
+                     key: Optional[jax.Array] = None) -> list[evaluation.TaskSetEval]:
     """pass@k on the training tasks, then on the held-out tasks; the held-out tasks alone when training draws
     a fresh task per group (rollout.task_pool 0: no task recurs, so there is no held-in set)."""
     splits = (("train", False), ("held-out", True)) if self.config.rollout.task_pool else (("held-out", True),)
-    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held) for split, held in splits]
+    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held, key=key)
+            for split, held in splits]
+
+  def warm_start_sampling_key(self) -> jax.Array:
+    """The key of the warm start's pass@k samples: the warm start's own (sft.seed), not the RL seed's, so that
+    every run of one warm start samples the same episodes whether it computes them or reads the cache."""
+    return jax.random.key(self.config.sft.seed)
 
   def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
                            log: Callable[[str], None] = print, *, write: bool = True) -> None:
     """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it).
 
-    It depends on neither the RL seed nor the method (evaluation carries no method context), so it is also
-    cached next to the SFT warm start and shared by every run that evaluates the same warm start the same way.
+    It depends on neither the RL seed nor the method (evaluation carries no method context, and its samples
+    come from warm_start_sampling_key), so it is also cached next to the SFT warm start and shared by every run
+    that evaluates the same warm start the same way.
     A multi-host run computes it on every process (sampling is one SPMD program) without the cache, which is
     per host, so that no process skips what the others compute; `write=False` processes write nothing.
     """
@@ -95,14 +106,15 @@ class Evaluator:
     path = os.path.join(workdir, WARM_PASS_AT_K)
     cache = os.path.join(hf.cache_root(), "pass_at_k", config_hash(
         warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
-        c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool) + ".json")  # task_pool: the held-in set
+        c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool,  # task_pool: the held-in set
+        WARM_SAMPLES_FROM) + ".json")
     cached = c.sft.enabled and jax.process_count() == 1
     if cached and os.path.exists(cache):
       storage.copy(cache, path)
       log(f"[pass@k] warm start: reused {cache}")
       return
     log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {self.task_sets_text()}")
-    sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start")]
+    sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start", self.warm_start_sampling_key())]
     if not write:
       return
     with storage.open(path, "w") as f:

@@ -97,3 +97,47 @@ def test_pass_at_k_sets_have_no_held_in_set_when_every_group_draws_a_fresh_task(
   assert rows == [f"{policy} / {split}" for split in splits for policy in ("warm start", "trained")]
   with pytest.raises(ValueError, match="do not match"):
     before_and_after(warm, sets + sets)
+
+
+class _KeyServer:
+  """Records the sampling key of every bind."""
+
+  def __init__(self):
+    self.keys = []
+
+  def bind(self, params, key, sampling_params, iteration):
+    import jax
+    self.keys.append(np.asarray(jax.random.key_data(key)).tolist())
+    return None, None
+
+
+def test_the_warm_start_is_sampled_from_its_own_stream_whatever_the_rl_seed(tmp_path, monkeypatch):
+  """Every run of one warm start (sft.seed) samples its pass@k from the same key, whatever its RL seed
+  (config.seed: the run's key), so the run that computes it and the runs that read the cache report the same
+  episodes; another warm start samples others, and the trained policy keeps the run's own streams."""
+  import jax
+  import ml_collections
+
+  from explore_jax.train.evaluator import Evaluator
+
+  def evaluator(seed, sft_seed):
+    config = ml_collections.ConfigDict({
+        "seed": seed, "env": {"id": "explore_jax/KeyDoor-v0", "kwargs": {}},
+        "rollout": {"task_pool": 0, "max_new_tokens": 8, "top_p": 1.0}, "sft": {"seed": sft_seed, "enabled": True},
+        "eval": {"env_kwargs": {}, "seed_offset": 100, "passk_held_out_tasks": 2, "passk_samples": 2}})
+    server = _KeyServer()
+    return Evaluator(config, server, None, jax.random.key(seed)), server
+
+  keys = {}
+  for seed, sft_seed in ((0, 0), (1, 0), (0, 1)):
+    ev, server = evaluator(seed, sft_seed)
+    workdir = tmp_path / f"run{seed}{sft_seed}"
+    workdir.mkdir()
+    monkeypatch.setenv("EXPLORE_JAX_CACHE", str(workdir / "cache"))  # each run computes its warm start's pass@k
+    ev.warm_start_pass_at_k(_Pool(), None, str(workdir), "ws", log=lambda _: None)
+    assert (workdir / "pass_at_k_warm_start.json").exists()
+    ev.pass_at_k_sets(_Pool(), None, "trained")
+    keys[seed, sft_seed] = server.keys
+  (warm00, trained00), (warm10, trained10), (warm01, _) = keys[0, 0], keys[1, 0], keys[0, 1]
+  assert warm00 == warm10 != warm01
+  assert trained00 != trained10
