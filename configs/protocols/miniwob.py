@@ -23,8 +23,9 @@ SEEDS = 3
 ARMS = (("grpo_miniwob_fresh", "configs/grpo_miniwob.py",
          ("--config.rollout.task_pool=0", "--config.rollout.num_tasks=4", "--config.train.num_iterations=40",
           "--config.eval.temperature=1.0", "--config.eval.passk_samples=8", "--config.eval.passk_held_out_tasks=64")),)
-# Its first run barely moved the policy (approx. KL 1e-4 per iteration, entropy flat at ~0.5; held-out 0.383 ->
-# 0.396): the same arm at 4x the learning rate.
+# Its three runs barely move the policy (approx. KL 6e-4 to 1e-3 per update; held-out pass@1 0.346 -> 0.354 on
+# average, docs/results.md): the same arm at 4x the learning rate. Of its three runs one collapsed into malformed
+# actions within two updates and the other two lost success (0.342 -> 0.176 on average).
 ARMS += (("grpo_miniwob_fresh_lr", "configs/grpo_miniwob.py", (*ARMS[0][2], "--config.optimizer.learning_rate=4e-4")),)
 
 
