@@ -1,7 +1,8 @@
 """Multi-host jax on one machine: two CPU processes (4 fake devices each) joined over loopback by
 explore_jax.parallel.distributed form one 8-device mesh, run the project's sharded train step on the tiny
 model and save the sharded state with orbax, collectively. One process with 8 fake devices runs the same
-step, restores the two processes' checkpoint, and everything must agree bit for bit.
+step, restores the two processes' checkpoint, and everything must agree bit for bit, but for the last bits of
+what a cross-process all-reduce of more than two partial sums feeds (below).
 
 This file is also the worker script: `python tests/parallel/test_multihost.py ROLE ...` (see _worker).
 """
@@ -118,9 +119,11 @@ def test_two_processes_match_one(tmp_path):
   # The layout really is sharded on every mesh axis.
   assert any("tensor" in s for s in ref["param_shardings"]) and any("fsdp" in s for s in ref["param_shardings"])
   assert workers[0]["param_shardings"] == ref["param_shardings"]
-  # Same bits: the initial params, the parameters after one sharded update, the loss and gradient norm.
-  for key in ("start_digest", "params_digest", "metrics"):
+  # Same bits: the initial params, the loss and gradient norm; the two processes' parameters after one sharded
+  # update are one array, and the reference's agree with them leaf by leaf below.
+  for key in ("start_digest", "metrics"):
     assert workers[0][key] == workers[1][key] == ref[key], key
+  assert workers[0]["params_digest"] == workers[1]["params_digest"]
   assert ref["metrics"]["skipped"] == 0 and ref["params_digest"] != ref["start_digest"]
   assert workers[0]["state_digest"] == workers[1]["state_digest"]
   # The checkpoint the two processes wrote together restores, in one process, bit for bit and in the
@@ -132,12 +135,15 @@ def test_two_processes_match_one(tmp_path):
   # Adam's moments hold the raw gradients, and the gradients of replicated weights (the RMSNorm scales)
   # are all-reduced over the 4 batch shards: gloo across processes adds those partial sums in another order
   # than XLA's in-process all-reduce, so a few elements differ in their last bits (measured: <= 2 ulp).
-  # Two-way reductions (every sharded weight's gradient) are exact, and so is the first Adam update
-  # (about lr * sign(g)), hence the equal parameters above. Anything wrong in the layout would be O(1).
+  # Two-way reductions (every sharded weight's gradient) are exact, and so is every parameter they update.
+  # The first Adam update is about lr * sign(g), not exactly (eps, bias correction), so a norm scale's
+  # gradient that differs in its last bit may move that scale's last bit (measured: none on an AMD EPYC, one
+  # element of one leaf by 1 ulp on an Intel Xeon). Anything wrong in the layout would be O(1).
   for leaf, (gap, scale, _) in r["gaps"].items():
     assert gap <= 1e-5 * max(scale, 1e-30), (leaf, gap, scale)
     if not leaf.startswith(".opt_state"):
-      assert gap == 0, leaf
+      replicated = leaf.rstrip("']").endswith("norm")
+      assert gap <= 4 * 2.0 ** -23 * scale if replicated else gap == 0, (leaf, gap, scale)  # 4 float32 ulps
 
 def test_single_process_is_a_no_op():
   """No settings (or num_processes=1) on a machine without a TPU: nothing starts, the backend is untouched."""
