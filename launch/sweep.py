@@ -480,10 +480,10 @@ def warm_start_args(run: Run) -> tuple[str, ...]:
   WARM_START_FIELDS (or of fields within them), sorted. Overrides apply after the config file builds the
   config, so an override of any other field (a learning rate, the RL iterations) leaves the SFT inputs alone."""
   def decides(arg: str) -> bool:
-    if arg.startswith("--config="):
-      return True
-    path = tuple(arg.partition("=")[0].split(".")[1:]) if arg.startswith("--config.") else ()
-    return bool(path) and any(path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS)
+    flag = arg.partition("=")[0]
+    path = tuple(flag.split(".")[1:])  # --config.sft.steps: ("sft", "steps")
+    return flag == "--config" or flag.startswith("--config.") and any(
+        path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS)
   return tuple(sorted(arg for arg in run.command if decides(arg)))
 
 
