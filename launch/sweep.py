@@ -482,8 +482,8 @@ def warm_start_args(run: Run) -> tuple[str, ...]:
   def decides(arg: str) -> bool:
     flag = arg.partition("=")[0]
     path = tuple(flag.split(".")[1:])  # --config.sft.steps: ("sft", "steps")
-    return flag == "--config" or flag.startswith("--config.") and any(
-        path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS)
+    return flag == "--config" or (flag.startswith("--config.") and any(
+        path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS))
   return tuple(sorted(arg for arg in run.command if decides(arg)))
 
 
