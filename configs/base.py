@@ -143,4 +143,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.sft.batch_size = 32
   c.sft.learning_rate = 1e-3
   c.sft.seed = 0                 # the warm start's own seed: runs with different `seed`s share one warm start
+  c.sft.checkpoint_every = 50    # a long warm start saves its progress this often, and a killed one goes on
   return c

@@ -473,6 +473,8 @@ def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
 WARM_START_FIELDS = (("model", "checkpoint"), ("model", "lora"), ("sft",), ("env",), ("rollout", "max_prompt_tokens"),
                      ("rollout", "max_new_tokens"), ("system_prompt",), ("instruction",), ("history_steps",),
                      ("action_history",))
+# ... but not how often the SFT saves its progress, which changes nothing in its result.
+NOT_WARM_START_FIELDS = (("sft", "checkpoint_every"),)
 
 
 def warm_start_args(run: Run) -> tuple[str, ...]:
@@ -482,7 +484,7 @@ def warm_start_args(run: Run) -> tuple[str, ...]:
   def decides(arg: str) -> bool:
     flag = arg.partition("=")[0]
     path = tuple(flag.split(".")[1:])  # --config.sft.steps: ("sft", "steps")
-    return flag == "--config" or (flag.startswith("--config.") and any(
+    return flag == "--config" or (flag.startswith("--config.") and path not in NOT_WARM_START_FIELDS and any(
         path[:len(f)] == f or f[:len(path)] == path for f in WARM_START_FIELDS))
   return tuple(sorted(arg for arg in run.command if decides(arg)))
 
@@ -494,6 +496,12 @@ def warm_start_inputs(workdir: str) -> str | None:
       config = json.load(f)
   except (OSError, ValueError):
     return None
+  for *parents, key in NOT_WARM_START_FIELDS:
+    parent = config
+    for p in parents:
+      parent = parent.get(p) if isinstance(parent, dict) else None
+    if isinstance(parent, dict):
+      parent.pop(key, None)
   values = []
   for path in WARM_START_FIELDS:
     value = config

@@ -238,11 +238,17 @@ class Learner:
 
 def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, prompt_len: int, response_len: int,
              *, progress: Optional[Callable[[int, float], None]] = None, lora: Optional[lora_lib.LoraConfig] = None,
-             base: Any = None, image_layout: Optional[ImageLayout] = None) -> tuple[Any, list[float]]:
+             base: Any = None, image_layout: Optional[ImageLayout] = None, checkpoint_dir: Optional[str] = None,
+             checkpoint_every: int = 0) -> tuple[Any, list[float]]:
   """`request.steps` next-token steps on its demonstrations from `params` under a fresh AdamW; returns the
   new params and the per-step losses. `progress(step, loss)` is called after each step. With `lora`,
   `params` (and the result) are adapters on the frozen `base`. Demonstrations with images (a
-  vision-language policy) are laid out by `image_layout`, by default the model's own."""
+  vision-language policy) are laid out by `image_layout`, by default the model's own.
+
+  With `checkpoint_dir`, the optimizer state and the losses so far are saved there every `checkpoint_every`
+  steps, and a call that finds a save there goes on from it: batch i is the i-th draw of the request's seeded
+  stream whatever the step it starts from, so a finetune that was killed and called again ends with exactly
+  the params of one that never stopped. The directory is left for the caller to remove."""
   if not request.demonstrations:
     raise ValueError(f"SFT request {request.label!r} has no demonstrations")
   demos = list(request.demonstrations)
@@ -260,13 +266,31 @@ def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, pro
   st = state_lib.create_train_state(params, opt, sh)
   step = sft.make_train_step(model, opt, sh, lora=lora, base=base)
   rng = np.random.default_rng([request.seed, SFT_STREAM])
-  losses = []
-  for i in range(request.steps):
-    idx = rng.choice(len(demos), size=request.batch_size, replace=len(demos) < request.batch_size)
-    st, m = step(st, {k: v[idx] for k, v in arrays.items()})
-    losses.append(float(m["loss"]))
-    if progress is not None:
-      progress(i + 1, losses[-1])
+
+  def draw():
+    return rng.choice(len(demos), size=request.batch_size, replace=len(demos) < request.batch_size)
+
+  losses: list[float] = []
+  saves = None
+  if checkpoint_dir is not None:
+    saves = checkpoint.Checkpointer(checkpoint_dir, max_to_keep=1, cleanup_tmp=True)
+    if saves.latest_step() is not None:
+      restored = saves.restore(checkpoint.abstract_like(jax.eval_shape(lambda: st), sh))
+      st, losses = restored.state, list(restored.metadata["losses"])
+      for _ in range(len(losses)):  # the batches already trained on, drawn again to reach the next one
+        draw()
+  try:
+    for i in range(len(losses), request.steps):
+      idx = draw()
+      st, m = step(st, {k: v[idx] for k, v in arrays.items()})
+      losses.append(float(m["loss"]))
+      if progress is not None:
+        progress(i + 1, losses[-1])
+      if saves is not None and checkpoint_every > 0 and (i + 1) % checkpoint_every == 0 and i + 1 < request.steps:
+        saves.save(i + 1, st, metadata={"losses": losses})
+  finally:
+    if saves is not None:
+      saves.close()
   return st.params, losses
 
 

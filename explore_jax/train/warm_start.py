@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import dataclasses
+import os
+import shutil
 import time
 from typing import Any, Callable, Optional
 
@@ -31,10 +32,12 @@ def config_hash(*parts: Any) -> str:
 def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
   """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout (with the
   history the prompts show), and with LoRA its adapters' shape and seed (these last parts only where set, so
-  the keys of existing warm starts stay what they were)."""
+  the keys of existing warm starts stay what they were). How often the SFT saves its progress changes
+  nothing in its result, so it is not part of the key."""
   lora = lora_lib.from_config(config.model.get("lora"))
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
-  return config_hash(checkpoint_dir, config.sft.to_dict(), config.env.to_dict(), prompt_len, response_len,
+  sft = {k: v for k, v in config.sft.to_dict().items() if k != "checkpoint_every"}
+  return config_hash(checkpoint_dir, sft, config.env.to_dict(), prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
                      *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
 
@@ -56,7 +59,10 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
                       base: Any = None, image_layout: Optional[ImageLayout] = None) -> Any:
   """The policy's parameters after the warm start (the initial ones when config.sft is off). With `lora`
   they are adapters on the frozen `base`, and the warm start trains only them. A vision-language policy's
-  image demonstrations are laid out by its `image_layout`, as its actors lay out prompts."""
+  image demonstrations are laid out by its `image_layout`, as its actors lay out prompts.
+
+  A long SFT saves its progress beside the cache every `config.sft.checkpoint_every` steps, so a killed
+  warm start goes on from its last save when any run asks for it again (and ends with the same params)."""
   if not config.sft.enabled:
     return initial_params
   from tqdm import tqdm
@@ -70,14 +76,20 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
     log(f"[sft] warm start: demonstrations from {config.sft.demonstrations or 'the environment oracle'}")
     req = request(config, prompt_hook)
     t0 = time.time()
+    in_progress = cache + ".in_progress"
+    if os.path.isdir(in_progress):
+      log(f"[sft] going on from the progress saved in {in_progress}")
     with tqdm(total=req.steps, desc="sft warm start", unit="step", dynamic_ncols=True) as bar:
       def progress(step: int, loss: float) -> None:
-        bar.update(1)
+        bar.update(step - bar.n)
         bar.set_postfix(loss=f"{loss:.3f}")
 
       params, losses = finetune(model, initial_params, req, tokenizer, prompt_len, response_len, progress=progress,
-                                lora=lora, base=base, image_layout=image_layout)
+                                lora=lora, base=base, image_layout=image_layout, checkpoint_dir=in_progress,
+                                checkpoint_every=config.sft.get("checkpoint_every", 0))
     log(f"[sft] {req.steps} steps on {len(req.demonstrations)} demonstrations: loss {losses[0]:.3f} -> "
         f"{sum(losses[-10:]) / len(losses[-10:]):.3f} ({time.time() - t0:.0f}s); cached in {cache}")
     ck.save(0, params, metadata={"losses": losses[-10:], "demonstrations": len(req.demonstrations)})
+    ck.wait()
+    shutil.rmtree(in_progress, ignore_errors=True)
     return params

@@ -450,7 +450,8 @@ def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(
 
 
 def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cached(tmp_path):
-  overrides = {"a": [], "b": ["--config.sft.steps=5"], "c": ["--config.optimizer.learning_rate=4e-4"]}
+  overrides = {"a": [], "b": ["--config.sft.steps=5"],
+               "c": ["--config.optimizer.learning_rate=4e-4", "--config.sft.checkpoint_every=10"]}
 
   def run(arm, ws, seed):
     return sweep_py.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"),
@@ -466,7 +467,7 @@ def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cac
   assert sweep_py.may_start(a01, [a00], runs) and sweep_py.may_start(a01, [a00, b00], runs)
   assert sweep_py.may_start(b00, [a00], runs) is False  # arm b's SFT differs: not cached
   assert sweep_py.may_start(b00, [a10], runs)
-  # An arm that differs from a only in an RL knob shares a's warm start, cached or not.
+  # An arm that differs from a only in an RL knob (and how often the SFT saves) shares a's warm start.
   c00, c10 = run("c", 0, 0), run("c", 1, 0)
   assert sweep_py.warm_start_args(c00) == sweep_py.warm_start_args(a00) != sweep_py.warm_start_args(b00)
   assert sweep_py.may_start(c00, [a00], [*runs, c00])
@@ -550,3 +551,16 @@ def test_arms_whose_sft_inputs_differ_start_other_warm_starts_without_a_mismatch
   assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
   digests = {arm: provenance.load(record / "m1" / arm / "ws0_seed0")["start_digest"] for arm in ("a", "c")}
   assert digests == {"a": "m1-ws0", "c": "m1-ws0-sft7"}
+
+
+def test_warm_start_inputs_ignore_how_often_the_sft_saves(tmp_path):
+  """A run made before `sft.checkpoint_every` existed and one made after, with the same SFT otherwise, compute
+  the same warm start; a run with other SFT steps does not."""
+  def inputs(name, sft):
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / "config.json").write_text(json.dumps({"sft": sft, "env": {"id": "x"}}))
+    return sweep_py.warm_start_inputs(str(tmp_path / name))
+
+  before = inputs("before", {"steps": 600, "seed": 1})
+  assert inputs("after", {"steps": 600, "seed": 1, "checkpoint_every": 50}) == before
+  assert inputs("other", {"steps": 150, "seed": 1, "checkpoint_every": 50}) != before

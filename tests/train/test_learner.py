@@ -293,6 +293,38 @@ def test_sft_request_trains_the_policy_and_keeps_the_rl_optimizer(parts):
     assert a.sharding == b  # back on the policy's layout
 
 
+def test_a_killed_finetune_goes_on_from_its_last_save_to_the_same_params(parts, tmp_path):
+  """A long warm start saves its progress: killed after step 5 of 6 (saves at 2 and 4) and called again, it
+  trains steps 5 and 6 only, on the batches an uninterrupted run drew there, and ends bit for bit where that
+  run ends."""
+  from explore_jax.train.learner import finetune
+
+  demos = DEMOS + ({"messages": [{"role": "user", "content": "a key lies on the floor"}], "response": "take key"},
+                   {"messages": [{"role": "user", "content": "the door is locked"}], "response": "use key"})
+  request = SFTRequest(demonstrations=demos, steps=6, batch_size=2, learning_rate=1e-3, seed=3)
+  args = (parts.model, parts.learner.initial_params, request, parts.tokenizer, parts.server.prompt_len,
+          parts.server.response_len)
+  straight, straight_losses = finetune(*args)
+
+  class Killed(Exception):
+    pass
+
+  def kill_after_5(step, loss):
+    if step == 5:
+      raise Killed
+
+  saves = str(tmp_path / "in_progress")
+  with pytest.raises(Killed):
+    finetune(*args, progress=kill_after_5, checkpoint_dir=saves, checkpoint_every=2)
+  trained = []
+  resumed, losses = finetune(*args, progress=lambda step, loss: trained.append(step), checkpoint_dir=saves,
+                             checkpoint_every=2)
+  assert trained == [5, 6]
+  assert losses == straight_losses and len(set(losses)) == 6
+  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 # ---- 6. method arrays in the orbax checkpoint -----------------------------------------------------------
 
 class _ArrayMemory(Method):

@@ -122,7 +122,7 @@ def test_metrics_writer_of_a_secondary_process_keeps_history_and_writes_nothing(
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
 
 
-def test_the_warm_start_key_follows_the_history_the_prompts_show():
+def test_the_warm_start_key_follows_the_history_the_prompts_show_not_how_often_it_saves():
   from configs import grpo_keydoor
   from explore_jax.train.warm_start import warm_start_key
 
@@ -131,6 +131,8 @@ def test_the_warm_start_key_follows_the_history_the_prompts_show():
   with c.unlocked():
     c.action_history = 0
   assert warm_start_key(c, "/ckpt", 128, 16) == key  # unset or 0: the key of the warm starts made before
+  c.sft.checkpoint_every = 7
+  assert warm_start_key(c, "/ckpt", 128, 16) == key  # how often the SFT saves changes nothing in its result
   c.action_history = 4
   with_actions = warm_start_key(c, "/ckpt", 128, 16)
   c.history_steps = 1
