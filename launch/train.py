@@ -29,6 +29,28 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: resolved config, checkpoints, metrics; a local "
                                 "path or a bucket's (gs://BUCKET/runs/x, which a multi-host slice needs).")
 flags.mark_flags_as_required(["config"])
+_RUN_LOCK = []  # the open lock file of this run's directory, held until the process exits
+
+
+def hold_run_directory(workdir: str) -> None:
+  """Takes the run directory for this process, or stops with an error naming the process that has it: two
+  processes resuming one run would write over each other's checkpoints and metrics. The lock (flock) goes with
+  the process however it ends; a bucket's run directory (a multi-host slice) has none."""
+  if storage.is_remote(workdir):
+    return
+  import fcntl
+
+  f = open(os.path.join(workdir, ".run.lock"), "a+")
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    f.seek(0)
+    sys.exit(f"error: the run directory {workdir} is in use by another process (pid {f.read().strip() or '?'}); "
+             "a run is resumed by one process at a time")
+  f.truncate(0)
+  f.write(str(os.getpid()))
+  f.flush()
+  _RUN_LOCK.append(f)
 
 
 def main(argv):
@@ -56,6 +78,7 @@ def main(argv):
   except FileNotFoundError as e:  # a bucket that is not there
     sys.exit(f"error: {e}")
   if distributed.is_primary():  # process 0 writes the run's files (train/loop.py)
+    hold_run_directory(workdir)
     with storage.open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
   from explore_jax.train import loop

@@ -105,3 +105,23 @@ def test_eval_of_a_base_model_from_a_hugging_face_directory(tmp_path):
   assert result["tasks"] == 2 and result["samples_per_task"] == 2
   # A random model writes no valid "### Code" section: every attempt is the invalid-action outcome.
   assert result["pass_at_k"]["1"] == 0.0 and result["distinct_outcomes_per_task"] == 1.0
+
+
+def test_a_run_directory_is_taken_by_one_process_at_a_time(tmp_path):
+  """A second process started on a run directory that a live run holds stops before it writes anything there;
+  once the holder is gone (its lock goes with it, the file stays) the directory can be taken again."""
+  import fcntl
+
+  (tmp_path / "config.json").write_text("{}")
+  with open(tmp_path / ".run.lock", "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    held.write("4242")
+    held.flush()
+    run = train("--config=configs/grpo_keydoor.py", f"--workdir={tmp_path}", timeout=120)
+  assert run.returncode != 0
+  assert "is in use by another process (pid 4242)" in run.stderr.strip().splitlines()[-1], run.stderr
+  assert (tmp_path / "config.json").read_text() == "{}"
+  run = train("--config=configs/grpo_keydoor.py", f"--workdir={tmp_path}", "--config.model.checkpoint=/nowhere/model",
+              timeout=300)
+  assert run.returncode != 0 and "in use" not in run.stderr, run.stderr
+  assert json.loads((tmp_path / "config.json").read_text())["model"]["checkpoint"] == "/nowhere/model"
