@@ -29,15 +29,25 @@ def config_hash(*parts: Any) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def checkpoint_identity(checkpoint_dir: str) -> str:
+  """The starting checkpoint as a warm start's key names it. A built-in checkpoint is written under the cache
+  root in a directory named by a digest of its content (hf.tiny_dir), so it is named by that directory alone
+  and the key does not depend on where the cache is (a warm start carried to another machine keeps its key);
+  any other checkpoint by its absolute path."""
+  path = os.path.abspath(checkpoint_dir)
+  inside = os.path.relpath(path, hf.cache_root())
+  return inside if not inside.startswith(os.pardir) and os.sep not in inside else path
+
+
 def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
-  """What determines the warm start: the checkpoint, the SFT options and data, the prompt layout (with the
-  history the prompts show), and with LoRA its adapters' shape and seed (these last parts only where set, so
-  the keys of existing warm starts stay what they were). How often the SFT saves its progress changes
-  nothing in its result, so it is not part of the key."""
+  """What determines the warm start: the checkpoint (checkpoint_identity), the SFT options and data, the prompt
+  layout (with the history the prompts show), and with LoRA its adapters' shape and seed (these last parts only
+  where set, so the keys of existing warm starts stay what they were). How often the SFT saves its progress
+  changes nothing in its result, so it is not part of the key."""
   lora = lora_lib.from_config(config.model.get("lora"))
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
   sft = {k: v for k, v in config.sft.to_dict().items() if k != "checkpoint_every"}
-  return config_hash(checkpoint_dir, sft, config.env.to_dict(), prompt_len, response_len,
+  return config_hash(checkpoint_identity(checkpoint_dir), sft, config.env.to_dict(), prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
                      *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
 

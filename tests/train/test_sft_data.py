@@ -137,3 +137,21 @@ def test_the_warm_start_key_follows_the_history_the_prompts_show_not_how_often_i
   with_actions = warm_start_key(c, "/ckpt", 128, 16)
   c.history_steps = 1
   assert len({key, with_actions, warm_start_key(c, "/ckpt", 128, 16)}) == 3
+
+
+def test_a_built_in_checkpoint_keys_its_warm_starts_by_name_wherever_the_cache_is(tmp_path, monkeypatch):
+  """The built-in checkpoints live under the cache root in directories named by their content, so a warm start
+  keeps its key when the cache moves (another machine's home, EXPLORE_JAX_CACHE); a user's directory is its path."""
+  from configs import grpo_keydoor
+  from explore_jax.train.warm_start import warm_start_key
+
+  c = grpo_keydoor.get_config()
+  keys = []
+  for root in (tmp_path / "a", tmp_path / "b" / "cache"):
+    monkeypatch.setenv("EXPLORE_JAX_CACHE", str(root))
+    keys.append(warm_start_key(c, str(root / "tiny-0123456789ab"), 128, 16))
+    assert warm_start_key(c, str(root / "tiny-ba9876543210"), 128, 16) != keys[-1]
+  assert keys[0] == keys[1]
+  monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "a"))
+  mine = [warm_start_key(c, str(tmp_path / d / "tiny-0123456789ab"), 128, 16) for d in ("b", "c")]
+  assert mine[0] != mine[1] and keys[0] not in mine  # outside the cache: the path decides
