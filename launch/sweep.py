@@ -71,6 +71,14 @@ DIR/compare/ after every run, so a long sweep's results can be committed as they
 checkpoints and stays out of git). DIR is also read: a run recorded there under this machine's name counts as
 complete (a fresh clone goes on where the recorded sweep stopped), and every machine's recorded runs enter
 the comparison.
+
+With --carry_warm_starts (and --record=DIR) the warm starts travel with the results: once a run has started from
+an SFT warm start (its provenance.json names the warm start's cache key), the cached warm start is copied to
+DIR/warm_starts/<key>/, and before any run starts every warm start kept there that this machine's cache lacks is
+copied into it. A fresh clone on any machine then starts its runs from the recorded warm starts, bit for bit
+(their runs record the same start_digest), instead of computing them again: what lets a protocol whose SFT is
+a large part of a run's cost go on across working sessions and machines. For small policies only: a warm start
+of the tiny model is ~16 MB, and one over MAX_CARRIED_MB is left out with a note.
 """
 
 import collections
@@ -94,6 +102,7 @@ from absl import app, flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from explore_jax import cache  # noqa: E402
 from explore_jax.train import provenance  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "launch"))
@@ -108,6 +117,9 @@ _MAX_RUNS = flags.DEFINE_integer("max_runs", None, "Stop after this many launche
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each its own process (local runs only).")
 _RECORD = flags.DEFINE_string("record", None, "Copy every complete run's small result files and the comparison "
                               "here (a directory to commit), after every run; runs recorded here count as done.")
+_CARRY = flags.DEFINE_bool("carry_warm_starts", False, "With --record=DIR: keep each run's SFT warm start in "
+                           "DIR/warm_starts/ once computed, and put the ones kept there into this machine's cache "
+                           "before any run starts (small policies: a tiny warm start is ~16 MB).")
 _MACHINE = flags.DEFINE_string("machine", None, "Name of this machine's numerical environment (default: "
                                "provenance.machine_tag(), or the --tpu name). Give two machines one name only if "
                                "their warm starts are bit-identical (benchmarks/determinism.py).")
@@ -131,6 +143,9 @@ AXIS = re.compile(r"config(\.[A-Za-z_][A-Za-z0-9_]*)+")  # a product / zip key: 
 UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")  # characters a made arm name never holds (commas separate --only's names)
 MAX_NAME = 120  # characters of a made arm name; longer ones want labels
 WAIT_S = 1.0  # how often the scheduler looks again at runs held back by a warm start being computed
+WARM_STARTS_DIR = "warm_starts"  # of a --record directory, with --carry_warm_starts
+CARRY_EVERY_S = 30.0  # how often a sweep looks for warm starts to carry while its runs go on
+MAX_CARRIED_MB = 64  # the largest warm start --carry_warm_starts copies into a directory meant for git
 
 
 class ProtocolError(ValueError):
@@ -585,6 +600,62 @@ def restore(runs: list[Run], root: str, destination: str) -> int:
   return count
 
 
+def _copy_checkpoint(source: str, target: str) -> None:
+  """A copy of the checkpoint directory `source` at `target`, made beside it and renamed into place, so a copy
+  cut short never looks committed."""
+  partial = target + ".partial"
+  shutil.rmtree(partial, ignore_errors=True)
+  shutil.copytree(source, partial)
+  os.replace(partial, target)
+
+
+def _size_mb(directory: str) -> float:
+  return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory) for f in files) / 2**20
+
+
+_TOO_LARGE: set[str] = set()  # warm starts already named as too large to carry
+
+
+def carry_warm_starts(runs: list[Run], destination: str, log=print) -> list[str]:
+  """Copies the cached warm start of every run of `runs` that has started from one into
+  destination/warm_starts/<key>/ unless it is there already; returns the keys copied. A warm start over
+  MAX_CARRIED_MB is left where it is, with a note."""
+  copied = []
+  for r in runs:
+    key = (provenance.load(r.workdir) or {}).get("warm_start")
+    if not key:
+      continue
+    source, target = cache.warm_start_dir(key), os.path.join(destination, WARM_STARTS_DIR, key)
+    if cache.is_committed_checkpoint(target) or not cache.is_committed_checkpoint(source) or key in copied:
+      continue
+    size = _size_mb(source)
+    if size > MAX_CARRIED_MB:
+      if key not in _TOO_LARGE:
+        _TOO_LARGE.add(key)
+        log(f"[sweep] warm start {key} of {r.workdir} is {size:.0f} MB, over the {MAX_CARRIED_MB} MB that "
+            f"--carry_warm_starts copies: not carried")
+      continue
+    _copy_checkpoint(source, target)
+    copied.append(key)
+  return copied
+
+
+def bring_warm_starts(destination: str) -> list[str]:
+  """Copies every warm start kept in destination/warm_starts/ into this machine's cache where the cache lacks
+  it; returns the keys copied."""
+  kept = os.path.join(destination, WARM_STARTS_DIR)
+  brought = []
+  for key in _listdir(kept):
+    source, target = os.path.join(kept, key), cache.warm_start_dir(key)
+    if cache.is_committed_checkpoint(source) and not cache.is_committed_checkpoint(target):
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      shutil.rmtree(target, ignore_errors=True)  # an unfinished computation of it: the kept one is complete
+      shutil.rmtree(target + ".in_progress", ignore_errors=True)
+      _copy_checkpoint(source, target)
+      brought.append(key)
+  return brought
+
+
 @contextlib.contextmanager
 def _locked(directory: str | None):
   """An exclusive lock on `directory` (none when None) while the block runs: sweeps of several roots (machines)
@@ -636,6 +707,10 @@ def main(argv):
     sys.exit(f"error: --machine={_MACHINE.value!r} is not a directory name")
   machine = _MACHINE.value or (pod["name"] if pod else provenance.machine_tag())
   record_dir = os.path.abspath(_RECORD.value) if _RECORD.value else None
+  if _CARRY.value and not record_dir:
+    sys.exit("error: --carry_warm_starts keeps the warm starts in the --record directory, and none is given")
+  if _CARRY.value and pod:
+    sys.exit("error: --carry_warm_starts is for local runs (a slice's warm starts are in its own cache)")
   planned = plan(protocol, root, machine, _TRAIN_SCRIPT.value, pod)
   runs = [r for r in planned if not only or r.arm in only]
 
@@ -669,8 +744,25 @@ def main(argv):
   if record_dir:
     with _locked(record_dir):
       restored = restore(runs, root, record_dir)
+      brought = bring_warm_starts(record_dir) if _CARRY.value else []
     if restored:
       print(f"[sweep] {restored} runs of this machine recorded in {record_dir} count as complete", flush=True)
+    for key in brought:
+      print(f"[sweep] warm start {key} recorded in {record_dir} put into the cache ({cache.warm_start_dir(key)})",
+            flush=True)
+
+  last_carry = [0.0]
+
+  def carry(now: bool = False) -> None:
+    """Carries the warm starts of the runs going or ended (a run names its warm start once it has one), at
+    most every CARRY_EVERY_S unless `now`."""
+    if not _CARRY.value or (not now and time.time() - last_carry[0] < CARRY_EVERY_S):
+      return
+    last_carry[0] = time.time()
+    with _locked(record_dir):
+      for key in carry_warm_starts(runs, record_dir):
+        print(f"[sweep] warm start {key} kept in {os.path.join(record_dir, WARM_STARTS_DIR, key)}", flush=True)
+
   sources = [root] + ([record_dir] if record_dir else [])  # whose complete runs are compared
   output = os.path.join(root, "compare")
   total = len(todo) if _MAX_RUNS.value is None else min(_MAX_RUNS.value, len(todo))
@@ -695,7 +787,9 @@ def main(argv):
       try:
         done = ended.get(timeout=WAIT_S)
       except queue.Empty:
+        carry()
         continue
+      carry(now=True)
       active.remove(done)
       r, code, tail = done.run, done.code, done.tail()
       if code == 0 and not is_complete(r.workdir):
@@ -729,6 +823,7 @@ def main(argv):
       table = compare(protocol, sources, output, _COMPARE_SCRIPT.value)
   compared, text = table
   print(text, flush=True)
+  carry(now=True)
   if record_dir:
     with _locked(record_dir):
       print(f"[sweep] recorded {record(protocol, root, record_dir)} complete runs in {record_dir}", flush=True)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 from jax.sharding import Mesh
 
-from explore_jax import tokenization
+from explore_jax import cache, tokenization
 from explore_jax.hf import convert, convert_vl
 from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
                                     save_params)
@@ -58,7 +58,7 @@ def load_tokenizer(directory: str):
 
 
 def cache_root() -> str:
-  return os.path.abspath(os.environ.get("EXPLORE_JAX_CACHE", os.path.expanduser("~/.cache/explore_jax")))
+  return cache.root()
 
 
 def tiny_dir() -> str:

@@ -53,7 +53,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   # process 0 alone writes the run's files: metrics, provenance, summaries, curves. Checkpoints are collective.
   primary = distributed.is_primary()
   # The machine, and at iteration 0 the bits of the starting policy: which runs share a warm start.
-  provenance.record(parts.workdir, start, learner.state.params if start == 0 else None, write=primary)
+  provenance.record(parts.workdir, start, learner.state.params if start == 0 else None,
+                    warm_start=parts.warm_start_key() if c.sft.enabled else None, write=primary)
   writer = metrics_lib.MetricsWriter(parts.workdir, resume_from=start if start > 0 else None, write=primary)
   passk = c.eval.get("passk_samples", 0) > 0
   from tqdm import tqdm

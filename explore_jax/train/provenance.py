@@ -6,6 +6,7 @@ only "from the same warm start" when their starting parameters are bit-identical
 holds warm starts fixed (launch/compare.py) must know that. Every training run writes provenance.json:
 
   {"start_digest": "3f9a…",            params_digest of the policy at iteration 0 (after the warm start)
+   "warm_start": "49c8b40d0239",        the SFT warm start's cache key (train/warm_start.py), when there is one
    "machines": [{"tag": "amd-epyc-2c-1b2c3d", "cpu": …, "isa": …, "visible_cores": 2, "jax": …,
                  "jaxlib": …, "xla_flags": …, "iteration": 0}, …]}   one entry per machine it ran on
 
@@ -145,13 +146,18 @@ def load(workdir: str) -> dict[str, Any] | None:
     return None
 
 
-def record(workdir: str, iteration: int, start_params: Any = None, *, write: bool = True) -> dict[str, Any]:
+def record(workdir: str, iteration: int, start_params: Any = None, *, warm_start: str | None = None,
+           write: bool = True) -> dict[str, Any]:
   """Writes or updates workdir/provenance.json for a run starting (iteration 0, with its starting
-  parameters) or resuming at `iteration` on this machine; returns what it wrote. In a multi-host run every
-  process calls it (the digest is a computation over the global parameters) and only process 0 writes."""
+  parameters) or resuming at `iteration` on this machine, and the cache key of its SFT `warm_start` if it has
+  one (launch/sweep.py --carry_warm_starts finds the warm start by it); returns what it wrote. In a multi-host
+  run every process calls it (the digest is a computation over the global parameters) and only process 0
+  writes."""
   info = load(workdir) or {"start_digest": None, "machines": []}
   if start_params is not None:
     info["start_digest"] = params_digest(start_params)
+  if warm_start is not None:
+    info["warm_start"] = warm_start
   here = machine()
   here["tag"] = machine_tag(here)
   last = info["machines"][-1] if info["machines"] else None

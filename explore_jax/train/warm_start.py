@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from explore_jax import hf
+from explore_jax import cache as cache_lib, hf
 from explore_jax.images import ImageLayout
 from explore_jax.methods.base import SFTRequest
 from explore_jax.models import lora as lora_lib
@@ -35,7 +35,7 @@ def checkpoint_identity(checkpoint_dir: str) -> str:
   and the key does not depend on where the cache is (a warm start carried to another machine keeps its key);
   any other checkpoint by its absolute path."""
   path = os.path.abspath(checkpoint_dir)
-  inside = os.path.relpath(path, hf.cache_root())
+  inside = os.path.relpath(path, cache_lib.root())
   return inside if not inside.startswith(os.pardir) and os.sep not in inside else path
 
 
@@ -77,7 +77,7 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
     return initial_params
   from tqdm import tqdm
 
-  cache = os.path.join(hf.cache_root(), "sft", warm_start_key(config, checkpoint_dir, prompt_len, response_len))
+  cache = cache_lib.warm_start_dir(warm_start_key(config, checkpoint_dir, prompt_len, response_len))
   abstract = checkpoint.abstract_like(jax.eval_shape(lambda: initial_params), shardings)
   with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
     if ck.latest_step() is not None:

@@ -44,7 +44,18 @@ FAKE_TRAINER = textwrap.dedent("""
     machine = os.path.basename(os.path.dirname(os.path.dirname(workdir)))  # root/<machine>/<arm>/<run>
     digest = (os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
               + (f"-sft{sft_steps}" if sft_steps else ""))
-    json.dump({"start_digest": digest, "machines": []},
+    warm = {}
+    if os.environ.get("FAKE_WARM_START_CACHE"):  # SFT warm starts cached as train/warm_start.py does, by key
+      key = "k" + args.get("config.sft.seed", "0")
+      params = os.path.join(os.environ["EXPLORE_JAX_CACHE"], "sft", key, "0", "params")
+      reused = os.path.exists(params)
+      if not reused:
+        os.makedirs(os.path.dirname(params))
+        open(params, "w").write(digest)
+      digest, warm = open(params).read(), {"warm_start": key}
+      with open(os.environ["FAKE_LOG"], "a") as f:
+        f.write(json.dumps({"workdir": workdir, "warm_start_reused": reused}) + "\\n")
+    json.dump({"start_digest": digest, "machines": [], **warm},
               open(os.path.join(workdir, "provenance.json"), "w"))
 """)
 
@@ -564,3 +575,54 @@ def test_warm_start_inputs_ignore_how_often_the_sft_saves(tmp_path):
   before = inputs("before", {"steps": 600, "seed": 1})
   assert inputs("after", {"steps": 600, "seed": 1, "checkpoint_every": 50}) == before
   assert inputs("other", {"steps": 150, "seed": 1, "checkpoint_every": 50}) != before
+
+
+def test_carried_warm_starts_travel_with_the_record_to_a_fresh_clone_on_another_machine(tmp_path):
+  """--carry_warm_starts keeps each run's cached warm start in the record, and a sweep on another machine with
+  an empty cache puts it there before its runs start: they reuse it, bit for bit, instead of computing it."""
+  protocol, train_script = _fixture(tmp_path)
+  record = tmp_path / "record"
+  env = {"FAKE_WARM_START_CACHE": "1", "EXPLORE_JAX_CACHE": str(tmp_path / "cache1"),
+         "FAKE_LOG": str(tmp_path / "m1.jsonl")}
+  out = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm1'}", train_script, f"--record={record}",
+              "--machine=m1", "--max_runs=1", "--carry_warm_starts", env=env)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  kept = record / "warm_starts" / "k0"
+  assert f"warm start k0 kept in {kept}" in out.stdout
+  assert (kept / "0" / "params").read_text() == (tmp_path / "cache1" / "sft" / "k0" / "0" / "params").read_text()
+  assert [e["warm_start_reused"] for e in _launched(env["FAKE_LOG"]) if "warm_start_reused" in e] == [False]
+
+  # Another machine, a fresh clone: no root, an empty cache but for a warm start it never finished.
+  (tmp_path / "cache2" / "sft" / "k0.in_progress").mkdir(parents=True)
+  env2 = {**env, "EXPLORE_JAX_CACHE": str(tmp_path / "cache2"), "FAKE_LOG": str(tmp_path / "m2.jsonl")}
+  out = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm2'}", train_script, f"--record={record}",
+              "--machine=m2", "--carry_warm_starts", env=env2)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "warm start k0 recorded in" in out.stdout and "4 of 4 complete" in out.stdout
+  assert not (tmp_path / "cache2" / "sft" / "k0.in_progress").exists()
+  assert [e["warm_start_reused"] for e in _launched(env2["FAKE_LOG"]) if "warm_start_reused" in e] == [True] * 4
+  digests = {json.load(open(record / m / a / r / "provenance.json"))["start_digest"]
+             for m in ("m1", "m2") for a in os.listdir(record / m) for r in os.listdir(record / m / a)}
+  assert digests == {"m1-ws0"}  # every run on both machines started from m1's warm start
+  assert sorted(os.listdir(record / "warm_starts")) == ["k0"]
+
+  bad = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm3'}", train_script, "--carry_warm_starts", env=env)
+  assert bad.returncode != 0 and "--carry_warm_starts keeps the warm starts in the --record directory" in bad.stderr
+
+
+def test_a_warm_start_too_large_to_carry_stays_in_the_cache(tmp_path, monkeypatch):
+  workdir = tmp_path / "root" / "m1" / "a" / "ws0_seed0"
+  workdir.mkdir(parents=True)
+  (workdir / "provenance.json").write_text(json.dumps({"start_digest": "d", "warm_start": "k0", "machines": []}))
+  monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "cache"))
+  (tmp_path / "cache" / "sft" / "k0" / "0").mkdir(parents=True)
+  (tmp_path / "cache" / "sft" / "k0" / "0" / "params").write_bytes(b"x" * 2**20)
+  run = sweep_py.Run("a", 0, 0, str(workdir), [])
+  notes = []
+  monkeypatch.setattr(sweep_py, "MAX_CARRIED_MB", 0.5)
+  assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == []
+  assert sweep_py.carry_warm_starts([run], str(tmp_path / "record"), notes.append) == []
+  assert len(notes) == 1 and "k0" in notes[0] and "not carried" in notes[0]
+  assert not (tmp_path / "record" / "warm_starts").exists()
+  monkeypatch.setattr(sweep_py, "MAX_CARRIED_MB", 2)
+  assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == ["k0"]

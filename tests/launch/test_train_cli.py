@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -58,6 +59,18 @@ def test_default_config_trains_evaluates_and_reports(tmp_path):
   assert list(evaluated) == ["step 1 / held-out"]
   # The same checkpoint and sampling stream as the run's own final evaluation give the same numbers.
   assert evaluated["step 1 / held-out"]["pass_at_k"] == summary["trained / held-out"]["pass_at_k"]
+
+  # provenance.json names the warm start's cache entry; carried to another cache (as launch/sweep.py
+  # --carry_warm_starts does), it is found there by the same key and reused, not computed again.
+  key = json.load(open(tmp_path / "run" / "provenance.json"))["warm_start"]
+  shutil.copytree(tmp_path / "cache" / "sft" / key, tmp_path / "elsewhere" / "sft" / key)
+  ws = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
+                       "--policy=warm_start", "--samples=1", "--splits=held-out", f"--output={tmp_path / 'ws'}",
+                       *[a for a in SMALL if a.startswith("--config.sft.")], "--config.eval.passk_held_out_tasks=1"],
+                      capture_output=True, text=True, timeout=600, cwd=REPO,
+                      env=_env({"EXPLORE_JAX_CACHE": str(tmp_path / "elsewhere")}))
+  assert ws.returncode == 0, ws.stderr[-3000:]
+  assert f"[sft] warm start reused from {tmp_path / 'elsewhere' / 'sft' / key}" in ws.stdout + ws.stderr
 
 
 @pytest.mark.parametrize("arg, message", [

@@ -89,6 +89,8 @@ import tempfile
 import time
 from typing import Any, Iterable, Sequence
 
+from explore_jax import cache
+
 TASK_TYPES = (
     "pick_and_place_simple",
     "look_at_obj_in_light",
@@ -666,8 +668,7 @@ def memoize_textworld() -> None:
 
 def cache_root() -> str:
   """The project's cache folder: EXPLORE_JAX_CACHE, else ~/.cache/explore_jax."""
-  return os.path.abspath(os.environ.get("EXPLORE_JAX_CACHE",
-                                        os.path.expanduser("~/.cache/explore_jax")))
+  return cache.root()
 
 
 def generated_root(cache_dir: str | None = None) -> str:

@@ -1,0 +1,29 @@
+"""The project's local cache: the built-in checkpoints, SFT warm starts and their pass@k, generated games,
+compiled XLA programs. Everything in it can be computed again; nothing in it is a run's result.
+
+Jax-free, so that launch/sweep.py and the ALFWorld generator can find it without importing jax.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def root() -> str:
+  """EXPLORE_JAX_CACHE, else ~/.cache/explore_jax."""
+  return os.path.abspath(os.environ.get("EXPLORE_JAX_CACHE", os.path.expanduser("~/.cache/explore_jax")))
+
+
+def warm_start_dir(key: str) -> str:
+  """Where the SFT warm start of `key` (train/warm_start.py's warm_start_key) is cached: an orbax checkpoint
+  directory whose one committed step holds the warm-started parameters."""
+  return os.path.join(root(), "sft", key)
+
+
+def is_committed_checkpoint(directory: str) -> bool:
+  """Whether an orbax checkpoint directory holds a committed step (a directory named by its step number; orbax
+  writes a step under a temporary name and renames it on commit)."""
+  try:
+    return any(name.isdigit() and os.path.isdir(os.path.join(directory, name)) for name in os.listdir(directory))
+  except OSError:
+    return False
