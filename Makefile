@@ -61,7 +61,8 @@ clean:
 # machine, one run at a time, resumable (also from the recorded results of a fresh clone); every machine's runs
 # compared per arm in runs/protocol/<name>/compare/, and this machine's finished runs copied to
 # docs/results/protocol/<name>/<machine>/ (to commit). Extra flags: make protocol SWEEP_ARGS="--dry_run" (or
-# --only=, --max_runs=, --parallel=2, --tpu=NAME --zone=Z --bucket=B).
+# --only=, --max_runs=, --parallel=2, --carry_warm_starts: keep the SFT warm starts there too, for any machine to go
+# on from; --tpu=NAME --zone=Z --bucket=B).
 PROTOCOL ?= configs/protocols/sge_coding.py
 PROTOCOL_NAME = $(basename $(notdir $(PROTOCOL)))
 .PHONY: protocol
