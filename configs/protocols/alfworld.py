@@ -2,7 +2,11 @@
 the first tiny warm start that wins some of them, reported by launch/compare.py per arm (held-out success of the
 warm start and of the trained policy: the `summary.json` pass@1 rows).
 
-  make protocol PROTOCOL=configs/protocols/alfworld.py SWEEP_ARGS=--only=gigpo_alfworld_small_ws512
+  make protocol PROTOCOL=configs/protocols/alfworld.py \
+      SWEEP_ARGS="--only=gigpo_alfworld_small_ws512 --carry_warm_starts"
+
+--carry_warm_starts keeps the warm start beside the recorded results (docs/results/protocol/alfworld/warm_starts/),
+so a fresh clone on any machine spends its time on RL, not on computing the warm start again.
 
 A run is (arm, warm start W, seed S) in root/<machine>/<arm>/ws<W>_seed<S> (launch/sweep.py).
 """
