@@ -649,8 +649,7 @@ def bring_warm_starts(destination: str) -> list[str]:
     source, target = os.path.join(kept, key), cache.warm_start_dir(key)
     if cache.is_committed_checkpoint(source) and not cache.is_committed_checkpoint(target):
       os.makedirs(os.path.dirname(target), exist_ok=True)
-      shutil.rmtree(target, ignore_errors=True)  # an unfinished computation of it: the kept one is complete
-      shutil.rmtree(target + ".in_progress", ignore_errors=True)
+      shutil.rmtree(target, ignore_errors=True)  # holds no committed step: the kept one is complete
       _copy_checkpoint(source, target)
       brought.append(key)
   return brought

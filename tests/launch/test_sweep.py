@@ -592,14 +592,14 @@ def test_carried_warm_starts_travel_with_the_record_to_a_fresh_clone_on_another_
   assert (kept / "0" / "params").read_text() == (tmp_path / "cache1" / "sft" / "k0" / "0" / "params").read_text()
   assert [e["warm_start_reused"] for e in _launched(env["FAKE_LOG"]) if "warm_start_reused" in e] == [False]
 
-  # Another machine, a fresh clone: no root, an empty cache but for a warm start it never finished.
-  (tmp_path / "cache2" / "sft" / "k0.in_progress").mkdir(parents=True)
+  # Another machine, a fresh clone: no root, an empty cache but for an unfinished save of the warm start.
+  (tmp_path / "cache2" / "sft" / "k0" / "0.orbax-checkpoint-tmp-1").mkdir(parents=True)
   env2 = {**env, "EXPLORE_JAX_CACHE": str(tmp_path / "cache2"), "FAKE_LOG": str(tmp_path / "m2.jsonl")}
   out = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm2'}", train_script, f"--record={record}",
               "--machine=m2", "--carry_warm_starts", env=env2)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "warm start k0 recorded in" in out.stdout and "4 of 4 complete" in out.stdout
-  assert not (tmp_path / "cache2" / "sft" / "k0.in_progress").exists()
+  assert os.listdir(tmp_path / "cache2" / "sft" / "k0") == ["0"]
   assert [e["warm_start_reused"] for e in _launched(env2["FAKE_LOG"]) if "warm_start_reused" in e] == [True] * 4
   digests = {json.load(open(record / m / a / r / "provenance.json"))["start_digest"]
              for m in ("m1", "m2") for a in os.listdir(record / m) for r in os.listdir(record / m / a)}
