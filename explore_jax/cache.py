@@ -20,6 +20,12 @@ def warm_start_dir(key: str) -> str:
   return os.path.join(root(), "sft", key)
 
 
+def warm_start_evaluations_dir(key: str) -> str:
+  """Where the evaluations of the warm start of `key` are cached (train/evaluator.py: its pass@k, one JSON file
+  per way of evaluating it), beside the warm start, so that they travel with it (launch/sweep.py)."""
+  return warm_start_dir(key) + ".pass_at_k"
+
+
 def is_committed_checkpoint(directory: str) -> bool:
   """Whether an orbax checkpoint directory holds a committed step (a directory named by its step number; orbax
   writes a step under a temporary name and renames it on commit)."""

@@ -74,8 +74,8 @@ the comparison.
 
 With --carry_warm_starts (and --record=DIR) the warm starts travel with the results: once a run has started from
 an SFT warm start (its provenance.json names the warm start's cache key), the cached warm start is copied to
-DIR/warm_starts/<key>/, and before any run starts every warm start kept there that this machine's cache lacks is
-copied into it. A fresh clone on any machine then starts its runs from the recorded warm starts, bit for bit
+DIR/warm_starts/<key>/ (and its cached pass@k, once evaluated, to <key>.pass_at_k/), and before any run starts
+every warm start kept there that this machine's cache lacks is copied into it, with its evaluations. A fresh clone on any machine then starts its runs from the recorded warm starts, bit for bit
 (their runs record the same start_digest), instead of computing them again: what lets a protocol whose SFT is
 a large part of a run's cost go on across working sessions and machines. For small policies only: a warm start
 of the tiny model is ~16 MB, and one over MAX_CARRIED_MB is left out with a note.
@@ -609,6 +609,17 @@ def _copy_checkpoint(source: str, target: str) -> None:
   os.replace(partial, target)
 
 
+def _copy_new_files(source: str, target: str) -> list[str]:
+  """Copies the files of `source` that `target` lacks (each through a temporary name); returns their names."""
+  names = [n for n in _listdir(source) if os.path.isfile(os.path.join(source, n)) and not n.endswith(".tmp")
+           and not os.path.exists(os.path.join(target, n))]
+  for n in names:
+    os.makedirs(target, exist_ok=True)
+    shutil.copyfile(os.path.join(source, n), os.path.join(target, n + ".tmp"))
+    os.replace(os.path.join(target, n + ".tmp"), os.path.join(target, n))
+  return names
+
+
 def _size_mb(directory: str) -> float:
   return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory) for f in files) / 2**20
 
@@ -618,40 +629,48 @@ _TOO_LARGE: set[str] = set()  # warm starts already named as too large to carry
 
 def carry_warm_starts(runs: list[Run], destination: str, log=print) -> list[str]:
   """Copies the cached warm start of every run of `runs` that has started from one into
-  destination/warm_starts/<key>/ unless it is there already; returns the keys copied. A warm start over
-  MAX_CARRIED_MB is left where it is, with a note."""
+  destination/warm_starts/<key>/ unless it is there already, and its cached evaluations (the warm start's
+  pass@k, computed after it) into <key>.pass_at_k/ as they appear; returns what it copied, as paths under
+  destination/warm_starts/. A warm start over MAX_CARRIED_MB is left where it is, with a note."""
+  kept = os.path.join(destination, WARM_STARTS_DIR)
+  keys = dict.fromkeys(key for key in ((provenance.load(r.workdir) or {}).get("warm_start") for r in runs) if key)
   copied = []
-  for r in runs:
-    key = (provenance.load(r.workdir) or {}).get("warm_start")
-    if not key:
+  for key in keys:
+    source = cache.warm_start_dir(key)
+    if not cache.is_committed_checkpoint(source):
       continue
-    source, target = cache.warm_start_dir(key), os.path.join(destination, WARM_STARTS_DIR, key)
-    if cache.is_committed_checkpoint(target) or not cache.is_committed_checkpoint(source) or key in copied:
-      continue
-    size = _size_mb(source)
-    if size > MAX_CARRIED_MB:
-      if key not in _TOO_LARGE:
-        _TOO_LARGE.add(key)
-        log(f"[sweep] warm start {key} of {r.workdir} is {size:.0f} MB, over the {MAX_CARRIED_MB} MB that "
-            f"--carry_warm_starts copies: not carried")
-      continue
-    _copy_checkpoint(source, target)
-    copied.append(key)
+    if not cache.is_committed_checkpoint(os.path.join(kept, key)):
+      size = _size_mb(source)
+      if size > MAX_CARRIED_MB:
+        if key not in _TOO_LARGE:
+          _TOO_LARGE.add(key)
+          log(f"[sweep] warm start {key} is {size:.0f} MB, over the {MAX_CARRIED_MB} MB that --carry_warm_starts "
+              f"copies: not carried")
+        continue
+      _copy_checkpoint(source, os.path.join(kept, key))
+      copied.append(key)
+    evaluations = os.path.basename(cache.warm_start_evaluations_dir(key))
+    copied += [os.path.join(evaluations, n) for n in
+               _copy_new_files(cache.warm_start_evaluations_dir(key), os.path.join(kept, evaluations))]
   return copied
 
 
 def bring_warm_starts(destination: str) -> list[str]:
-  """Copies every warm start kept in destination/warm_starts/ into this machine's cache where the cache lacks
-  it; returns the keys copied."""
+  """Copies every warm start kept in destination/warm_starts/ that this machine's cache lacks into the cache,
+  with the evaluations kept beside it that the cache lacks; returns the keys of the warm starts copied."""
   kept = os.path.join(destination, WARM_STARTS_DIR)
   brought = []
   for key in _listdir(kept):
     source, target = os.path.join(kept, key), cache.warm_start_dir(key)
-    if cache.is_committed_checkpoint(source) and not cache.is_committed_checkpoint(target):
+    if not cache.is_committed_checkpoint(source):
+      continue  # <key>.pass_at_k, or a copy cut short
+    if not cache.is_committed_checkpoint(target):
       os.makedirs(os.path.dirname(target), exist_ok=True)
       shutil.rmtree(target, ignore_errors=True)  # holds no committed step: the kept one is complete
       _copy_checkpoint(source, target)
       brought.append(key)
+    evaluations = cache.warm_start_evaluations_dir(key)
+    _copy_new_files(os.path.join(kept, os.path.basename(evaluations)), evaluations)
   return brought
 
 
@@ -759,8 +778,8 @@ def main(argv):
       return
     last_carry[0] = time.time()
     with _locked(record_dir):
-      for key in carry_warm_starts(runs, record_dir):
-        print(f"[sweep] warm start {key} kept in {os.path.join(record_dir, WARM_STARTS_DIR, key)}", flush=True)
+      for path in carry_warm_starts(runs, record_dir):
+        print(f"[sweep] kept {os.path.join(record_dir, WARM_STARTS_DIR, path)}", flush=True)
 
   sources = [root] + ([record_dir] if record_dir else [])  # whose complete runs are compared
   output = os.path.join(root, "compare")

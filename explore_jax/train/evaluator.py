@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from explore_jax import hf, storage
+from explore_jax import cache as cache_lib, storage
 from explore_jax.actors.pool import ActorPool
 from explore_jax.actors.protocol import EpisodeSpec
 from explore_jax.train import evaluation, rollout
@@ -104,7 +104,7 @@ class Evaluator:
     """
     c = self.config
     path = os.path.join(workdir, WARM_PASS_AT_K)
-    cache = os.path.join(hf.cache_root(), "pass_at_k", config_hash(
+    cache = os.path.join(cache_lib.warm_start_evaluations_dir(warm_start_key), config_hash(
         warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
         c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool,  # task_pool: the held-in set
         WARM_SAMPLES_FROM) + ".json")

@@ -48,13 +48,17 @@ FAKE_TRAINER = textwrap.dedent("""
     if os.environ.get("FAKE_WARM_START_CACHE"):  # SFT warm starts cached as train/warm_start.py does, by key
       key = "k" + args.get("config.sft.seed", "0")
       params = os.path.join(os.environ["EXPLORE_JAX_CACHE"], "sft", key, "0", "params")
-      reused = os.path.exists(params)
+      evaluation = os.path.join(os.environ["EXPLORE_JAX_CACHE"], "sft", key + ".pass_at_k", "e.json")
+      reused, evaluated = os.path.exists(params), os.path.exists(evaluation)
       if not reused:
         os.makedirs(os.path.dirname(params))
         open(params, "w").write(digest)
+      if not evaluated:
+        os.makedirs(os.path.dirname(evaluation), exist_ok=True)
+        open(evaluation, "w").write("pass@k of " + open(params).read())
       digest, warm = open(params).read(), {"warm_start": key}
       with open(os.environ["FAKE_LOG"], "a") as f:
-        f.write(json.dumps({"workdir": workdir, "warm_start_reused": reused}) + "\\n")
+        f.write(json.dumps({"workdir": workdir, "warm_start_reused": reused, "evaluated": evaluated}) + "\\n")
     json.dump({"start_digest": digest, "machines": [], **warm},
               open(os.path.join(workdir, "provenance.json"), "w"))
 """)
@@ -588,9 +592,11 @@ def test_carried_warm_starts_travel_with_the_record_to_a_fresh_clone_on_another_
               "--machine=m1", "--max_runs=1", "--carry_warm_starts", env=env)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   kept = record / "warm_starts" / "k0"
-  assert f"warm start k0 kept in {kept}" in out.stdout
+  assert f"kept {kept}\n" in out.stdout and f"kept {kept}.pass_at_k/e.json" in out.stdout
   assert (kept / "0" / "params").read_text() == (tmp_path / "cache1" / "sft" / "k0" / "0" / "params").read_text()
-  assert [e["warm_start_reused"] for e in _launched(env["FAKE_LOG"]) if "warm_start_reused" in e] == [False]
+  assert (record / "warm_starts" / "k0.pass_at_k" / "e.json").read_text() == "pass@k of m1-ws0"
+  assert [(e["warm_start_reused"], e["evaluated"]) for e in _launched(env["FAKE_LOG"]) if "evaluated" in e] == [
+      (False, False)]
 
   # Another machine, a fresh clone: no root, an empty cache but for an unfinished save of the warm start.
   (tmp_path / "cache2" / "sft" / "k0" / "0.orbax-checkpoint-tmp-1").mkdir(parents=True)
@@ -600,11 +606,12 @@ def test_carried_warm_starts_travel_with_the_record_to_a_fresh_clone_on_another_
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "warm start k0 recorded in" in out.stdout and "4 of 4 complete" in out.stdout
   assert os.listdir(tmp_path / "cache2" / "sft" / "k0") == ["0"]
-  assert [e["warm_start_reused"] for e in _launched(env2["FAKE_LOG"]) if "warm_start_reused" in e] == [True] * 4
+  assert [(e["warm_start_reused"], e["evaluated"]) for e in _launched(env2["FAKE_LOG"]) if "evaluated" in e] == [
+      (True, True)] * 4
   digests = {json.load(open(record / m / a / r / "provenance.json"))["start_digest"]
              for m in ("m1", "m2") for a in os.listdir(record / m) for r in os.listdir(record / m / a)}
   assert digests == {"m1-ws0"}  # every run on both machines started from m1's warm start
-  assert sorted(os.listdir(record / "warm_starts")) == ["k0"]
+  assert sorted(os.listdir(record / "warm_starts")) == ["k0", "k0.pass_at_k"]
 
   bad = sweep(f"--protocol={protocol}", f"--root={tmp_path / 'm3'}", train_script, "--carry_warm_starts", env=env)
   assert bad.returncode != 0 and "--carry_warm_starts keeps the warm starts in the --record directory" in bad.stderr

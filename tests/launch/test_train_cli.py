@@ -63,6 +63,7 @@ def test_default_config_trains_evaluates_and_reports(tmp_path):
   # provenance.json names the warm start's cache entry; carried to another cache (as launch/sweep.py
   # --carry_warm_starts does), it is found there by the same key and reused, not computed again.
   key = json.load(open(tmp_path / "run" / "provenance.json"))["warm_start"]
+  assert len(os.listdir(tmp_path / "cache" / "sft" / f"{key}.pass_at_k")) == 1  # its pass@k, cached beside it
   shutil.copytree(tmp_path / "cache" / "sft" / key, tmp_path / "elsewhere" / "sft" / key)
   ws = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/sge_coding.py",
                        "--policy=warm_start", "--samples=1", "--splits=held-out", f"--output={tmp_path / 'ws'}",
