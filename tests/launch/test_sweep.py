@@ -258,6 +258,19 @@ def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
 
+def test_the_alfworld_protocol_plans_three_seeds_of_each_method_from_one_warm_start():
+  from configs.protocols import alfworld as protocol
+  out = sweep("--protocol=configs/protocols/alfworld.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == 6 and all("--config.sft.seed=0" in line for line in lines)
+  for method in ("gigpo", "grpo"):
+    mine = [line for line in lines if f"--config=configs/{method}_alfworld.py" in line]
+    assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+
+
 # --- Sweeps made from product / zip override grids; --parallel; --tpu ---------------------------------------
 
 
@@ -336,7 +349,7 @@ def test_a_bad_sweep_file_is_a_one_line_error(tmp_path):
       "error: zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1")
 
 
-@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob"])
+@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob", "alfworld"])
 def test_the_protocols_plan_the_same_runs_as_before_grids(protocol):
   """The arms form of configs/protocols/ plans what it planned before product/zip existed: every run's
   directory and command, from the file's own constants by the rule it always had."""
