@@ -75,9 +75,10 @@ the comparison.
 With --carry_warm_starts (and --record=DIR) the warm starts travel with the results: once a run has started from
 an SFT warm start (its provenance.json names the warm start's cache key), the cached warm start is copied to
 DIR/warm_starts/<key>/ (and its cached pass@k, once evaluated, to <key>.pass_at_k/), and before any run starts
-every warm start kept there that this machine's cache lacks is copied into it, with its evaluations. A fresh clone on any machine then starts its runs from the recorded warm starts, bit for bit
-(their runs record the same start_digest), instead of computing them again: what lets a protocol whose SFT is
-a large part of a run's cost go on across working sessions and machines. For small policies only: a warm start
+every warm start kept there that this machine's cache lacks is copied into it, with its evaluations. A fresh
+clone on any machine then starts its runs from the recorded warm starts, bit for bit (their runs record the same
+start_digest), instead of computing them again: what lets a protocol whose SFT is a large part of a run's cost
+go on across working sessions and machines. For small policies only: a warm start
 of the tiny model is ~16 MB, and one over MAX_CARRIED_MB is left out with a note.
 """
 
@@ -769,14 +770,15 @@ def main(argv):
       print(f"[sweep] warm start {key} recorded in {record_dir} put into the cache ({cache.warm_start_dir(key)})",
             flush=True)
 
-  last_carry = [0.0]
+  last_carry = 0.0
 
   def carry(now: bool = False) -> None:
     """Carries the warm starts of the runs going or ended (a run names its warm start once it has one), at
     most every CARRY_EVERY_S unless `now`."""
-    if not _CARRY.value or (not now and time.time() - last_carry[0] < CARRY_EVERY_S):
+    nonlocal last_carry
+    if not _CARRY.value or (not now and time.time() - last_carry < CARRY_EVERY_S):
       return
-    last_carry[0] = time.time()
+    last_carry = time.time()
     with _locked(record_dir):
       for path in carry_warm_starts(runs, record_dir):
         print(f"[sweep] kept {os.path.join(record_dir, WARM_STARTS_DIR, path)}", flush=True)
