@@ -91,11 +91,12 @@ WORLDS = {
 
 
 class Driven(gymnasium.Wrapper):
-  """A world that also picks its next action (info["bench_action"]) and times itself (info["bench_env_s"])."""
+  """A world (with `overrides` of its kwargs) that also picks its next action (info["bench_action"]) and times
+  itself (info["bench_env_s"])."""
 
-  def __init__(self, world: str):
+  def __init__(self, world: str, **overrides: Any):
     spec = WORLDS[world]
-    super().__init__(gymnasium.make(spec.env_id, **spec.kwargs))
+    super().__init__(gymnasium.make(spec.env_id, **{**spec.kwargs, **overrides}))
     self.rng = random.Random(0)
     self.env_seconds = 0.0
     self.picker = "?"

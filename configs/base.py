@@ -75,6 +75,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.temperature = 1.0
   c.rollout.top_p = 1.0
   c.rollout.episode_timeout_s = 120.0
+  c.rollout.kept_env_settings = 1  # each actor keeps idle environments of this many settings (env kwargs),
+                                   # envs_per_actor of each; 2: training's and evaluation's, so that an evaluation
+                                   # starts none afresh (for worlds slow to start and light to keep: ALFWorld)
   # After the first prompt request of a sampler call, wait up to this long for more from actors still busy:
   # fuller, fewer calls (a response never depends on which requests share its call, so results do not change).
   # inf: until every busy actor has spoken, so each call holds every live episode's request of the round (make

@@ -65,7 +65,7 @@ WORLDS = {
         kwargs={"split": "train", "task_types": ["pick_and_place_simple"], "list_actions": False,
                 "max_receptacles": ml_collections.config_dict.placeholder(int)},  # e.g. 10: the smaller rooms
         eval_kwargs={"split": "valid_unseen"}, sft_kwargs={"oracle": "search"}, action_history=15,
-        max_steps=15, max_prompt_tokens=704, max_new_tokens=20, sft_offset=500),
+        max_steps=15, max_prompt_tokens=704, max_new_tokens=20, sft_offset=500, kept_env_settings=2),
 }
 
 
@@ -99,6 +99,9 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
   c.rollout.group_size = 8
   c.rollout.envs_per_actor = 16
   c.rollout.temperature = 1.0
+  # An ALFWorld environment is a process (~77 MB) that takes 1-2 s to start: keep training's and evaluation's
+  # (benchmarks/README.md, "An evaluation between rollouts"); a JVM world's are heavier to keep twice.
+  c.rollout.kept_env_settings = w.get("kept_env_settings", 1)
   c.rollout.max_prompt_tokens = w["max_prompt_tokens"]
   c.rollout.max_new_tokens = w["max_new_tokens"]
   c.rl.epochs = 2

@@ -54,6 +54,11 @@ class ActorConfig:
   max_prompt_tokens: int = 2048
   request_timeout_s: Optional[float] = None  # exit when a request waits longer than this for its answer
   image_layout: Optional[ImageLayout] = None  # how the model lays images out (vision-language policies)
+  # Environment settings (env id and kwargs) whose idle instances the actor keeps, envs_per_actor of each: 2
+  # keeps training's and evaluation's, so that a periodic evaluation neither starts its environments afresh
+  # nor evicts training's (an ALFWorld environment is a process that takes seconds to start), for twice the
+  # idle environments' memory.
+  kept_env_settings: int = 1
 
 
 class PromptTokenizer:
@@ -203,7 +208,7 @@ class Actor:
     self.config = config
     self.tokenizer = tokenizer
     self.send = send
-    self.envs = EnvCache(config.envs_per_actor)
+    self.envs = EnvCache(config.envs_per_actor * config.kept_env_settings)
     self.episodes: dict[int, _Episode] = {}
 
   def oldest_request(self) -> Optional[float]:

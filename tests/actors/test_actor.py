@@ -24,11 +24,11 @@ def tokenizer():
   return PromptTokenizer.from_dir(TINY, max_prompt_tokens=10_000)
 
 
-def make_actor(tokenizer, max_prompt_tokens=10_000, hook=actor_fixtures.prompt):
+def make_actor(tokenizer, max_prompt_tokens=10_000, hook=actor_fixtures.prompt, **config_fields):
   sent = []
   tok = PromptTokenizer(tokenizer.tokenizer, max_prompt_tokens)
   config = ActorConfig(actor_id=7, tokenizer_dir=TINY, prompt_hook=hook, envs_per_actor=2,
-                       max_prompt_tokens=max_prompt_tokens)
+                       max_prompt_tokens=max_prompt_tokens, **config_fields)
   return Actor(config, tok, sent.append), sent
 
 
@@ -112,6 +112,20 @@ def test_episodes_interleave_and_reuse_environments(tokenizer):
   fresh_actor, fresh_sent = make_actor(tokenizer)
   fresh = play(fresh_actor, fresh_sent, tokenizer, [spec(0)])
   assert _content(again[0]) == _content(fresh[0]) == _content(results[0])
+
+
+@pytest.mark.parametrize("kept, created", [(2, 4), (1, 6)])
+def test_an_evaluation_between_two_training_rollouts_starts_no_environment_again(tokenizer, kept, created):
+  # Training's and evaluation's settings differ in their kwargs (a held-out split): with both kept, the second
+  # training rollout finds its environments idle; with one, the evaluation's evicted them.
+  actor, sent = make_actor(tokenizer, kept_env_settings=kept)
+  held_out = lambda i: dataclasses.replace(spec(i), env_kwargs={"num_rooms": 4})
+  first = play(actor, sent, tokenizer, [spec(0), spec(1)])
+  evaluation = play(actor, sent, tokenizer, [held_out(2), held_out(3)])
+  second = play(actor, sent, tokenizer, [spec(0), spec(1)])
+  assert actor.envs.created == created
+  assert [_content(r) for _, r in sorted(second.items())] == [_content(r) for _, r in sorted(first.items())]
+  assert all(r.error is None for r in evaluation.values())
 
 
 def _content(result):
