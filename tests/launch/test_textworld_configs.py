@@ -83,6 +83,7 @@ def test_sft_demonstrations_fit_the_token_budgets(world):
     assert len(response) + 1 <= c.rollout.max_new_tokens, f"{world}: {d['response']!r} is {len(response)} tokens"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", ["twx"])
 def test_the_tiny_scale_trains_end_to_end(tmp_path, world):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -90,8 +91,13 @@ def test_the_tiny_scale_trains_end_to_end(tmp_path, world):
       [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config=configs/gigpo_{world}.py",
        f"--workdir={tmp_path}", "--config.train.num_iterations=1", "--config.sft.steps=2",
        "--config.sft.oracle_episodes=4", "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2",
-       "--config.rollout.group_size=2", "--config.eval.every=1", "--config.eval.num_episodes=2"],
+       "--config.rollout.group_size=2", "--config.eval.every=1", "--config.eval.num_episodes=2",
+       # The pass@k before and after RL on 2 samples of 2 held-out games (the config's 4 x 32, twice, is 272
+       # episodes), 4 live episodes per actor: the run's every part, on a test's budget.
+       "--config.eval.passk_samples=2", "--config.eval.passk_held_out_tasks=2", "--config.rollout.envs_per_actor=4"],
       capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
   assert run.returncode == 0, run.stderr[-3000:]
   rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   assert rows[-1]["iteration"] == 1 and "eval/success_rate" in rows[-1] and "success_rate" in rows[-1]
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert list(summary) == ["warm start / train", "trained / train", "warm start / held-out", "trained / held-out"]

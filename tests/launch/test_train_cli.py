@@ -27,6 +27,7 @@ SMALL = ("--config.train.num_iterations=1", "--config.sft.steps=2", "--config.sf
          "--config.eval.num_episodes=2", "--config.eval.passk_samples=2", "--config.eval.passk_held_out_tasks=2")
 
 
+@pytest.mark.slow
 def test_default_config_trains_evaluates_and_reports(tmp_path):
   """The `make run` job in miniature: SFT warm start, an SGE iteration, pass@k table; then launch/eval.py."""
   env = {"EXPLORE_JAX_CACHE": str(tmp_path / "cache")}

@@ -10,6 +10,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.parallel.processes import cpu_env, free_port, run_together
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,6 +28,7 @@ TIMED = ("time_", "throughput/", "sample_tokens_per_s", "sample_prompt_tokens_pe
 REDUCED = ("update/entropy", "update/ratio_mean")
 
 
+@pytest.mark.slow
 def test_two_process_run_matches_one_process(tmp_path):
   train = os.path.join(REPO, "launch", "train.py")
   coordinator = f"127.0.0.1:{free_port()}"

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.parallel.processes import cpu_env, free_port, run_together
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -100,6 +102,7 @@ def _worker(role: str, out_dir: str, ckpt_dir: str, coordinator: str = "", num_p
 
 
 # ---- the test -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
   out, ckpt = tmp_path / "out", tmp_path / "ckpt"
   out.mkdir()

@@ -14,6 +14,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests.parallel.processes import cpu_env, free_port, run_together
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -106,6 +108,7 @@ def _worker(role: str, out_dir: str, log_dir: str, coordinator: str = "", num_pr
 
 
 # ---- the test -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_each_process_plays_its_share_and_all_match_one_process(tmp_path):
   out = tmp_path / "out"
   out.mkdir()

@@ -114,6 +114,7 @@ def test_records_refuse_images_they_cannot_keep():
     rollout.to_records(plain, _NoFields(), result([image]), max_steps=1, pad_to=1)
 
 
+@pytest.mark.slow
 def test_an_sft_warm_start_learns_from_the_screenshot():
   """Image demonstrations through the SFT path (sft_data.tokenize_demos, learner.finetune): two prompts with
   the same text and different screenshots, each with its own answer. After the warm start each answer is
