@@ -258,15 +258,20 @@ def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
 
-def test_the_alfworld_protocol_plans_three_seeds_of_each_method_from_one_warm_start():
+def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start():
   from configs.protocols import alfworld as protocol
   out = sweep("--protocol=configs/protocols/alfworld.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 6 and all("--config.sft.seed=0" in line for line in lines)
-  for method in ("gigpo", "grpo"):
-    mine = [line for line in lines if f"--config=configs/{method}_alfworld.py" in line]
+  assert len(lines) == 9 and all("--config.sft.seed=0" in line for line in lines)
+  for arm in ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60"):
+    mine = [line for line in lines if f"/{arm}/" in line]
     assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+  longer = [line for line in lines if "/gigpo_alfworld_small_ws512_it60/" in line]
+  assert all(line.endswith("--config.train.num_iterations=60") for line in longer)
+  # The longer arm changes nothing its warm start depends on: it starts from the shorter one's.
+  args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
+  assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512"]
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
