@@ -1,6 +1,7 @@
-"""The ALFWorld protocol: GiGPO and its GRPO baseline on the generated household games in the smaller rooms, from
-the first tiny warm start that wins some of them, reported by launch/compare.py per arm (held-out success of the
-warm start and of the trained policy: the `summary.json` pass@1 rows).
+"""The ALFWorld protocol: GiGPO and its GRPO baseline (and GiGPO for three times the iterations) on the generated
+household games in the smaller rooms, from the first tiny warm start that wins some of them, reported by
+launch/compare.py per arm (held-out success of the warm start and of the trained policy: the `summary.json` pass@1
+rows).
 
   make protocol PROTOCOL=configs/protocols/alfworld.py \
       SWEEP_ARGS="--only=gigpo_alfworld_small_ws512 --carry_warm_starts"
