@@ -21,10 +21,3 @@ def gcs(tmp_path_factory):
   with gcs_emulator.emulator(GCS_BUCKET, str(tmp_path_factory.mktemp("gcs"))) as url, \
       gcs_emulator.this_process_on(url):
     yield url
-
-
-def pytest_collection_modifyitems(config, items):
-  """Files holding a `slow` test run first (stable otherwise): `make test` hands whole files to its two workers
-  in collection order, so the minutes-long runs start together instead of one of them finishing alone."""
-  slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.path not in slow_files)
