@@ -22,16 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.envs import DRIVEN_ID, TINY, WORLDS, Echo, action_prompt, template_cut  # noqa: E402
-from explore_jax.actors import ActorPool, EpisodeSpec  # noqa: E402
-
-
-def rollout(pool: ActorPool, policy: Echo, kwargs: dict, count: int, first_id: int) -> tuple[float, int]:
-  specs = [EpisodeSpec(episode_id=first_id + i, group_id=first_id + i, traj_id=i, env_id=DRIVEN_ID,
-                       env_kwargs=kwargs, seed=i) for i in range(count)]
-  start = time.perf_counter()
-  results, metrics = pool.run(specs, policy)
-  return time.perf_counter() - start, sum(r.dropped for r in results)
+from benchmarks.envs import TINY, WORLDS, Echo, action_prompt, specs, template_cut  # noqa: E402
+from explore_jax.actors import ActorPool  # noqa: E402
 
 
 def main():
@@ -47,8 +39,7 @@ def main():
     value = json.loads(value)
   except ValueError:
     pass
-  train = {"world": args.world}
-  held_out = {**train, key: value}
+  held_out = {key: value}
   slots = args.actors * args.envs_per_actor
   policy = Echo(*template_cut(TINY))
   rows = []
@@ -56,16 +47,17 @@ def main():
     with ActorPool(num_actors=args.actors, tokenizer_dir=TINY, prompt_hook=action_prompt,
                    envs_per_actor=args.envs_per_actor, episode_timeout_s=300.0, kept_env_settings=kept) as pool:
       times, dropped = [], 0
-      for i, kwargs in enumerate((train, held_out, train, held_out)):
-        seconds, lost = rollout(pool, policy, kwargs, slots, 1000 * i)
-        times.append(seconds)
-        dropped += lost
+      for i, overrides in enumerate(({}, held_out, {}, held_out)):
+        start = time.perf_counter()
+        results, _ = pool.run(specs(args.world, slots, 0, 1000 * i, **overrides), policy)
+        times.append(time.perf_counter() - start)
+        dropped += sum(r.dropped for r in results)
     rows.append((kept, *times, dropped))
     print(f"kept_env_settings={kept}: training {times[0]:.1f} s, evaluation {times[1]:.1f} s, training again "
           f"{times[2]:.1f} s, evaluation again {times[3]:.1f} s", flush=True)
   print()
   print(f"{args.world}, {args.actors} actors x {args.envs_per_actor} environments, one episode per slot; "
-        f"evaluation kwargs {held_out}; load average {os.getloadavg()[0]:.1f}")
+        f"evaluation overrides {held_out}; load average {os.getloadavg()[0]:.1f}")
   print()
   print("| kept_env_settings | training s | evaluation s | training again s | evaluation again s | dropped |")
   print("|---|---|---|---|---|---|")

@@ -227,9 +227,10 @@ def play(env: gymnasium.Env, seed: int) -> int:
   return steps
 
 
-def specs(world: str, count: int, first_seed: int, first_id: int = 0) -> list[EpisodeSpec]:
+def specs(world: str, count: int, first_seed: int, first_id: int = 0, **overrides: Any) -> list[EpisodeSpec]:
+  """`count` driven episodes of `world` (its kwargs with `overrides`), seeds from `first_seed`."""
   return [EpisodeSpec(episode_id=first_id + i, group_id=first_id + i, traj_id=i, env_id=DRIVEN_ID,
-                      env_kwargs={"world": world}, seed=first_seed + i) for i in range(count)]
+                      env_kwargs={"world": world, **overrides}, seed=first_seed + i) for i in range(count)]
 
 
 def pool_run(pool: ActorPool, world: str, count: int, first_seed: int, policy: Echo, row: Row, label: str):

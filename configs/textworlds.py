@@ -101,7 +101,7 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
   c.rollout.temperature = 1.0
   # An ALFWorld environment is a process (~77 MB) that takes 1-2 s to start: keep training's and evaluation's
   # (benchmarks/README.md, "An evaluation between rollouts"); a JVM world's are heavier to keep twice.
-  c.rollout.kept_env_settings = w.get("kept_env_settings", 1)
+  c.rollout.kept_env_settings = w.get("kept_env_settings", c.rollout.kept_env_settings)
   c.rollout.max_prompt_tokens = w["max_prompt_tokens"]
   c.rollout.max_new_tokens = w["max_new_tokens"]
   c.rl.epochs = 2
