@@ -40,7 +40,9 @@ own. They are compared with everyone's, within warm starts (launch/compare.py), 
 machine's. Runs go in an order that interleaves arms (seed 0 of every arm and warm start before
 seed 1, ...), so a partial sweep is balanced. A run is complete when its workdir has summary.json; any other
 run is launched (again): train.py resumes an interrupted run from its last checkpoint, so a killed sweep
-started again with the same command continues where it stopped. A failed run (non-zero exit) is reported with
+started again with the same command continues where it stopped. A sweep taken down by SIGTERM passes it on to
+its runs, and each finishes the iteration it is in and saves it (train/preemption.py) within --stop_grace_s,
+or is killed then. A failed run (non-zero exit) is reported with
 the tail of its stderr and the sweep goes on; the exit status is non-zero if any run failed. After every
 completed run and at the end, launch/compare.py compares all complete runs, grouped by arm, into root/compare/.
 
@@ -130,6 +132,8 @@ _PROJECT = flags.DEFINE_string("project", None, "The slice's Google Cloud projec
 _BUCKET = flags.DEFINE_string("bucket", None, "With --tpu: run directories under gs://BUCKET/sweeps/ (multi-host "
                               "slices need it); without, on worker 0's disk.")
 _POLL_S = flags.DEFINE_float("poll_s", 60.0, "With --tpu: seconds between queries of a run's state.")
+_STOP_GRACE_S = flags.DEFINE_float("stop_grace_s", 900.0, "Taken down (SIGTERM, an error), the sweep gives each "
+                                   "run this long to finish its iteration and save it before killing it.")
 # Hidden in spirit: tests substitute a fake trainer / comparison. Paths relative to the repository root.
 _TRAIN_SCRIPT = flags.DEFINE_string("train_script", "launch/train.py", "The trainer each run executes (tests).")
 _COMPARE_SCRIPT = flags.DEFINE_string("compare_script", "launch/compare.py", "The comparison script (tests).")
@@ -460,14 +464,22 @@ class Launched:
     lines = b"".join(self._tail).decode(errors="replace").replace("\r", "\n").splitlines()
     return "\n".join(line for line in lines if line.strip())[-4000:].splitlines()[-STDERR_TAIL_LINES:]
 
-  def stop(self) -> None:
-    """Take the run down with the sweep (Ctrl-C, SIGTERM, an error); it resumes next time."""
-    if self.proc.poll() is None:
-      self.proc.terminate()
-      try:
-        self.proc.wait(30)
-      except subprocess.TimeoutExpired:
-        self.proc.kill()
+
+
+def stop_all(active: list[Launched], grace_s: float) -> None:
+  """Takes the runs down with the sweep (Ctrl-C, SIGTERM, an error); they resume next time. SIGTERM to each at
+  once: a training run saves the iteration it is in and leaves (train/preemption.py); whichever is still going
+  `grace_s` seconds later is killed."""
+  going = [a.proc for a in active if a.proc.poll() is None]
+  for proc in going:
+    proc.terminate()
+  deadline = time.monotonic() + grace_s
+  for proc in going:
+    try:
+      proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
 
 
 def may_start(run: Run, going: list[Run], planned: list[Run]) -> bool:
@@ -834,8 +846,7 @@ def main(argv):
           print(f"[sweep] recorded {record(protocol, root, record_dir, going)} complete runs in {record_dir}",
                 flush=True)
   finally:
-    for a in active:  # Ctrl-C, SIGTERM or an error: take the runs down with the sweep; they resume next time
-      a.stop()
+    stop_all(active, _STOP_GRACE_S.value)  # Ctrl-C, SIGTERM or an error: the runs go down with the sweep
     signal.signal(signal.SIGTERM, previous)
 
   if table is None or going:  # none compared yet, or the last comparison left out runs then going: compare now

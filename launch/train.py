@@ -10,11 +10,14 @@ The config's `method` (a name registered in explore_jax.methods) runs in the RL 
 (explore_jax/train/loop.py): the run directory gets the resolved config, checkpoints, metrics.jsonl,
 TensorBoard events and curves.png, and, where the config asks for pass@k (eval.passk_samples), summary.md,
 summary.json and pass_at_k.png comparing the warm-start and the trained policy. A killed run started again
-with the same command resumes from its last checkpoint. The run directory may be a bucket's, as a multi-host
-TPU slice needs (`--workdir=gs://BUCKET/runs/x`; explore_jax/storage.py).
+with the same command resumes from its last checkpoint; on SIGTERM (`kill PID`) an RL run first finishes the
+iteration it is in and saves it, then exits with status 143 (a second SIGTERM stops it at once;
+explore_jax/train/preemption.py). The run directory may be a bucket's, as a multi-host TPU slice needs
+(`--workdir=gs://BUCKET/runs/x`; explore_jax/storage.py).
 """
 
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,7 +91,12 @@ def main(argv):
     parts = build(config, workdir)
   except (FileNotFoundError, ValueError) as e:  # the config names something that is not there
     sys.exit(f"error: {e}")
-  history = loop.run(parts)
+  from explore_jax.train import preemption
+  try:
+    history = loop.run(parts)
+  except preemption.Stopped as stopped:  # SIGTERM: the iteration in progress finished and was saved
+    print(f"[stopped] {stopped}", flush=True)
+    sys.exit(128 + signal.SIGTERM)
   last = history[-1] if history else {}
   print(f"[done] iteration {last.get('iteration', 0)}; last: " + ", ".join(
       f"{k}={v:.3f}" for k, v in last.items() if k in ("success_rate", "eval/success_rate", "return")))

@@ -10,7 +10,8 @@
     theta     <- minibatch epochs of the clipped policy loss on the (method-rewritten) batch
     aux models of phase "after_update" train on the records
     theta     <- SFT on the method's demonstrations, if it asks
-    evaluate every eval.every iterations; checkpoint every checkpoint.every
+    evaluate every eval.every iterations; checkpoint every checkpoint.every (and where a SIGTERM asks it to
+    stop: train/preemption.py)
 
 Every method is the same loop with different hook answers (methods/base.py); no method is named here.
 With config.rollout.max_staleness = k > 0 the episodes of iterations t+1..t+k are played while update t
@@ -35,6 +36,7 @@ from explore_jax.replay import Replay
 from explore_jax.train import evaluator as evaluator_lib
 from explore_jax.train import metrics as metrics_lib
 from explore_jax.train import pipeline
+from explore_jax.train import preemption
 from explore_jax.train import provenance
 from explore_jax.train import rollout
 from explore_jax.train import throughput
@@ -62,7 +64,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   bar = tqdm(range(start, c.train.num_iterations), initial=start, total=c.train.num_iterations,
              desc=f"{c.method}", unit="it", dynamic_ncols=True)
   try:
-    with parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts:
+    with (parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts,
+          preemption.StopRequest() as stop):
       replay = pipeline.make_replay(parts)
       if passk and start == 0:
         evaluator.warm_start_pass_at_k(pool, learner.state.params, parts.workdir, parts.warm_start_key(), bar.write,
@@ -80,6 +83,9 @@ def run(parts: Parts) -> list[dict[str, Any]]:
         writer.write(n, m)
         if n % c.checkpoint.every == 0 or n == c.train.num_iterations:
           save(parts, n)
+        if rollouts.resumes_exactly_at(n) and stop.agreed():  # a SIGTERM: keep this iteration, then leave
+          save(parts, n)  # (a no-op where the line above saved it)
+          raise preemption.Stopped(n)
         bar.set_postfix(success=f"{m['success_rate']:.2f}", reward=f"{m['return']:.2f}",
                         tok_s=f"{m['sample_tokens_per_s']:.0f}", sample=f"{m['time_sampling_s']:.1f}s",
                         env=f"{m['time_environment_s']:.1f}s", update=f"{m['time_update_s']:.1f}s",

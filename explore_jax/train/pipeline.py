@@ -94,6 +94,11 @@ class RolloutPipeline:
     """Whether rollout `iteration` waits for the update before it (a checkpoint iteration)."""
     return iteration % self.checkpoint_every == 0
 
+  def resumes_exactly_at(self, iteration: int) -> bool:
+    """Whether a checkpoint after update `iteration - 1` resumes into the same run: any iteration of a
+    synchronous run, a synchronisation point of an overlapped one (later rollouts may be in flight elsewhere)."""
+    return not self.overlapped or self.is_sync_point(iteration)
+
   def _play(self, iteration: int, params: Any, version: int) -> Callable[[], tuple[list[EpisodeResult], dict]]:
     """The work of one rollout, its specs built now (on the caller's thread, from the method's state now)."""
     parts = self.parts

@@ -5,6 +5,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import pytest
 from configs.protocols import sge_coding as sge_protocol
 from explore_jax.train import provenance
 from tests.launch import fake_pod
+from tests.polling import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "launch"))
@@ -480,6 +482,51 @@ def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(
       "p_failure=0.25/ws1_seed1"]
   assert "launched 1, failed 0, 8 of 8 complete" in third.stdout
   assert "| p_failure=0.25 | trained / train | 4 |" in (root / "compare" / "compare.md").read_text()
+
+
+# A run that never ends by itself; on SIGTERM it either "saves" once every run going has had a SIGTERM too
+# (a sweep that stopped its runs one after another would leave it waiting) and exits 143, or ignores it.
+STOPPING_TRAINER = textwrap.dedent("""
+    import os, signal, sys, time
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    scratch = os.environ["FAKE_SCRATCH"]
+    name = os.path.join(scratch, args["workdir"].replace(os.sep, "_"))
+    def save_and_leave(*_):
+      open(name + ".term", "w").close()
+      while len([f for f in os.listdir(scratch) if f.endswith(".term")]) < 2:
+        time.sleep(0.05)
+      open(name + ".saved", "w").close()
+      sys.exit(143)
+    signal.signal(signal.SIGTERM, save_and_leave if os.environ["FAKE_ON_SIGTERM"] == "save" else signal.SIG_IGN)
+    open(name + ".started", "w").write(str(os.getpid()))
+    while True:
+      time.sleep(0.05)
+""")
+
+
+@pytest.mark.parametrize("on_sigterm", ["save", "ignore"])
+def test_a_sweep_taken_down_asks_its_runs_to_stop_at_once_and_kills_those_that_do_not(tmp_path, on_sigterm):
+  grid = _sweep_file(tmp_path, {**GRID, "warm_starts": 2})  # two runs may go at once (other warm starts)
+  (tmp_path / "stopping_train.py").write_text(STOPPING_TRAINER)
+  scratch = tmp_path / "scratch"
+  scratch.mkdir()
+  grace = 600 if on_sigterm == "save" else 1  # the polite runs take no time; the others are killed after it
+  proc = subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "sweep.py"), f"--sweep={grid}",
+                           f"--root={tmp_path / 'root'}", f"--train_script={tmp_path / 'stopping_train.py'}",
+                           "--machine=m1", "--parallel=2", f"--stop_grace_s={grace}"],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "FAKE_SCRATCH": str(scratch), "FAKE_ON_SIGTERM": on_sigterm})
+  started = lambda: sorted(scratch.glob("*.started"))
+  assert wait_until(lambda: len(started()) == 2 or proc.poll() is not None, timeout_s=120) and proc.poll() is None, \
+      proc.communicate()[1][-3000:]
+  pids = [int(p.read_text()) for p in started()]
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 143, out[-3000:] + err[-3000:]
+  assert len(list(scratch.glob("*.saved"))) == (2 if on_sigterm == "save" else 0)
+  for pid in pids:  # no run outlives the sweep
+    with pytest.raises(ProcessLookupError):
+      os.kill(pid, 0)
 
 
 def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cached(tmp_path):

@@ -77,6 +77,13 @@ def _worker(role: str, out_dir: str, ckpt_dir: str, coordinator: str = "", num_p
             "metrics": metrics,
             "param_shardings": sorted({str(s.spec) for s in jax.tree.leaves(shardings.params)})}
 
+  # A SIGTERM that reached the last process only: every process agrees to stop (train/preemption.py).
+  from explore_jax.train import preemption
+  stop = preemption.StopRequest()
+  result["stop_agreed"] = [stop.agreed()]
+  stop.requested = jax.process_index() == jax.process_count() - 1
+  result["stop_agreed"].append(stop.agreed())
+
   if role == "worker":  # both processes write their shards of one checkpoint
     with checkpoint.Checkpointer(ckpt_dir, max_to_keep=None) as ckpt:
       ckpt.save(1, state, rng=jax.random.key(7), metadata={"processes": jax.process_count()})
@@ -119,6 +126,7 @@ def test_two_processes_match_one(tmp_path):
     assert (w["process_index"], w["process_count"], w["device_count"], w["local_device_count"]) == (i, 2, 8, 4)
     assert w["is_primary"] == (i == 0)
   assert (ref["process_count"], ref["device_count"], ref["is_primary"]) == (1, 8, True)
+  assert workers[0]["stop_agreed"] == workers[1]["stop_agreed"] == ref["stop_agreed"] == [False, True]
   # The layout really is sharded on every mesh axis.
   assert any("tensor" in s for s in ref["param_shardings"]) and any("fsdp" in s for s in ref["param_shardings"])
   assert workers[0]["param_shardings"] == ref["param_shardings"]

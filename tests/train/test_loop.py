@@ -1,4 +1,5 @@
-"""The training loop as a user runs it: two actor processes end to end, and kill -9 then resume."""
+"""The training loop as a user runs it: two actor processes end to end, kill -9 then resume, and a SIGTERM's
+polite stop then resume."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from explore_jax.train import provenance
+from tests.polling import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMING = ("time_", "tokens_per_s", "update/grad_norm", "throughput/")  # wall-clock figures differ between runs
@@ -36,12 +38,19 @@ def rows(workdir):
     return [json.loads(line) for line in f if line.strip()]
 
 
+def _rows_written(workdir):
+  try:
+    return len(rows(workdir)) >= 1
+  except (OSError, ValueError):  # not there yet, or a line being written
+    return False
+
+
 def comparable(row):
   return {k: v for k, v in row.items() if not any(t in k for t in TIMING)}
 
 
 @pytest.mark.slow
-def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
+def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
   cache = tmp_path / "cache"
   # The reference: three iterations without interruption.
   ref = launch(tmp_path / "ref", "--config.train.num_iterations=3", cache=cache)
@@ -74,6 +83,26 @@ def test_two_iterations_with_two_actors_then_kill_and_resume(tmp_path):
   assert resumed.returncode == 0, err[-3000:]
   assert "[resume] from iteration" in out
   assert [comparable(r) for r in rows(tmp_path / "run")] == [comparable(r) for r in reference]
+
+  # SIGTERM once iteration 0's evaluation is written, with no checkpoint due before the end: the run finishes
+  # the iteration it is in, saves it, exits 143; started again, it makes the same run as the reference.
+  polite = ("--config.train.num_iterations=3", "--config.checkpoint.every=3")
+  run = launch(tmp_path / "term", *polite, cache=cache)
+  assert wait_until(lambda: _rows_written(tmp_path / "term") or run.poll() is not None, timeout_s=600) \
+      and run.poll() is None, run.communicate()[1][-3000:]
+  run.send_signal(signal.SIGTERM)
+  out, err = run.communicate(timeout=600)
+  assert run.returncode == 143, err[-3000:]
+  assert "[stopped] stopped on request at iteration" in out and "[stop] SIGTERM" in err
+  kept = sorted(int(step) for step in os.listdir(tmp_path / "term" / "checkpoints") if step.isdigit())
+  written = [r["iteration"] for r in rows(tmp_path / "term")]
+  assert kept[0] == 0 and kept[-1] == written[-1] in (1, 2), (kept, written)  # nothing done was lost
+  resumed = launch(tmp_path / "term", *polite, cache=cache)
+  out, err = resumed.communicate(timeout=900)
+  assert resumed.returncode == 0, err[-3000:]
+  assert f"[resume] from iteration {kept[-1]}" in out
+  assert [comparable(r) for r in rows(tmp_path / "term")] == [comparable(r) for r in reference]
+
   # provenance.json: both runs started from the same bits, the resumed one on the same machine (one entry).
   ref_origin, run_origin = provenance.load(tmp_path / "ref"), provenance.load(tmp_path / "run")
   assert ref_origin["start_digest"] == run_origin["start_digest"] and len(ref_origin["start_digest"]) == 12

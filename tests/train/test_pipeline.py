@@ -69,6 +69,17 @@ def test_a_run_resumed_at_a_checkpoint_makes_the_same_rollouts(k):
   assert schedule(k, 11, 4, start=8) == {it: full[it] for it in range(8, 11)}
 
 
+def test_a_synchronous_run_resumes_exactly_anywhere_an_overlapped_one_at_its_synchronisation_points():
+  # Where a SIGTERM's stop may save (train/preemption.py): rollout n of the resumed run must be what it was.
+  with _Recording(max_staleness=0, num_iterations=9, checkpoint_every=4) as p:
+    assert all(p.resumes_exactly_at(n) for n in range(1, 10))
+  for k in (1, 2):
+    with _Recording(max_staleness=k, num_iterations=9, checkpoint_every=4) as p:
+      assert [n for n in range(1, 10) if p.resumes_exactly_at(n)] == [4, 8]
+      full = schedule(k, 9, 4)
+      assert all(full[n][1] == n for n in (4, 8))  # rollout n played by theta_n, as a resumed run plays it
+
+
 def test_an_error_in_a_background_rollout_reaches_the_loop():
   class Failing(_Recording):
     def _play(self, iteration, params, version):
