@@ -99,6 +99,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.advantage_options = ml_collections.ConfigDict({"eps": 1e-6, "normalize_std": True})
   c.rl.epochs = 1                # passes over the iteration's records
   c.rl.minibatch_size = 64       # records per optimizer step
+  c.rl.micro_batch_size = 0      # records per forward/backward pass of a step, gradients summed (activation
+                                 # memory); 0: the whole minibatch at once. Equal updates up to float sums
   c.rl.format_penalty = 0.1      # subtracted from a step's reward when its action is malformed
   c.rl.drop_uniform_groups = False  # DAPO dynamic sampling: drop groups whose outcome (task) returns are equal
   c.rl.overlong_buffer = 0       # DAPO overlong shaping's L_cache in tokens (L_max = max_new_tokens); 0: off

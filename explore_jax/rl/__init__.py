@@ -28,6 +28,7 @@ from explore_jax.rl.losses import (
     entropy_advantage,
     importance_ratio,
     kl_penalty,
+    loss_totals,
     low_probability_mask,
     policy_loss,
 )

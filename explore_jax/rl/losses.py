@@ -109,8 +109,17 @@ def clipped_surrogate_loss(
   return loss, masks
 
 
+def loss_totals(mask: Array) -> dict[str, Array]:
+  """The denominators `aggregate_loss` takes from a [B, T] response mask: its tokens and its sequences (rows
+  with at least one token). Taken over a whole minibatch and passed to each of its micro-batches, they make
+  every aggregation a sum over the micro-batches (sft.make_train_step's gradient accumulation)."""
+  m = mask.astype(jnp.float32)
+  return {"tokens": jnp.sum(m), "sequences": jnp.sum(jnp.sum(m, axis=-1) > 0).astype(jnp.float32)}
+
+
 def aggregate_loss(
-    values: Array, mask: Array, mode: str = "token-mean", max_len: int | None = None
+    values: Array, mask: Array, mode: str = "token-mean", max_len: int | None = None,
+    totals: dict[str, Array] | None = None,
 ) -> Array:
   """Reduces a per-token [B, T] loss to a scalar.
 
@@ -138,6 +147,7 @@ def aggregate_loss(
     mask: [B, T] response mask (bool or 0/1).
     mode: one of AGGREGATION_MODES.
     max_len: Dr.GRPO's constant MAX_TOKENS (both "-norm" modes); defaults to T.
+    totals: the denominators (`loss_totals`) of a larger batch this one is part of; default: this mask's.
 
   Returns:
     Scalar.
@@ -150,10 +160,12 @@ def aggregate_loss(
   # where, not multiply: padded positions may hold inf/NaN log-probs.
   masked = jnp.where(m > 0, values, 0.0)
   if mode == "token-mean":
-    return jnp.sum(masked) / jnp.maximum(jnp.sum(m), 1.0)
+    tokens = jnp.sum(m) if totals is None else totals["tokens"].astype(values.dtype)
+    return jnp.sum(masked) / jnp.maximum(tokens, 1.0)
   lengths = jnp.sum(m, axis=-1)
   sums = jnp.sum(masked, axis=-1)
-  num_sequences = jnp.maximum(jnp.sum(lengths > 0), 1).astype(values.dtype)
+  sequences = jnp.sum(lengths > 0) if totals is None else totals["sequences"]
+  num_sequences = jnp.maximum(sequences, 1).astype(values.dtype)
   if mode == "seq-mean-token-mean":
     per_sequence = sums / jnp.maximum(lengths, 1.0)
   elif mode == "seq-mean-token-sum":
@@ -302,6 +314,7 @@ def policy_loss(
     *,
     ref_logp: Array | None = None,
     entropy: Array | None = None,
+    totals: dict[str, Array] | None = None,
 ) -> tuple[Array, dict[str, Array]]:
   """The full token-level policy objective of one update, with its diagnostics.
 
@@ -319,6 +332,8 @@ def policy_loss(
     config: loss options.
     ref_logp: [B, T] reference log-probs, required when config.kl_coef > 0.
     entropy: [B, T] per-token entropies, required for entropy_coef > 0 or entropy_advantage.
+    totals: the denominators of the minibatch these rows are a micro-batch of (`loss_totals`): the loss
+      and every metric are then this micro-batch's share, and the shares add up to the minibatch's.
 
   Returns:
     (scalar loss, metrics) with metrics "pg_loss", "clipfrac_low", "clipfrac_high",
@@ -335,8 +350,8 @@ def policy_loss(
   if config.kl_coef != 0.0 and ref_logp is None:
     raise ValueError("ref_logp is required when kl_coef != 0")
   mask = mask.astype(bool)
-  agg = lambda values: aggregate_loss(values, mask, config.aggregation, config.max_len)
-  token_mean = lambda values: aggregate_loss(values, mask, "token-mean")
+  agg = lambda values: aggregate_loss(values, mask, config.aggregation, config.max_len, totals)
+  token_mean = lambda values: aggregate_loss(values, mask, "token-mean", totals=totals)
 
   if config.entropy_advantage:
     advantages = entropy_advantage(advantages, entropy, alpha=config.entropy_adv_alpha,

@@ -48,6 +48,15 @@ PROMPT_BUCKET = 64
 STEP_WEIGHT_FIELD = "step_weight"
 
 
+def micro_batches(rl: Any) -> int:
+  """How many micro-batches a minibatch of `rl.minibatch_size` records is taken in (`rl.micro_batch_size`)."""
+  size, micro = int(rl.minibatch_size), int(rl.get("micro_batch_size", 0) or 0)
+  if micro < 0 or (micro and size % micro):
+    raise ValueError(f"config.rl.micro_batch_size must divide config.rl.minibatch_size ({size}) or be 0 (the "
+                     f"whole minibatch); got {micro}")
+  return size // micro if micro else 1
+
+
 class Learner:
   """Policy and aux-model updates on records (see the module docstring)."""
 
@@ -69,7 +78,7 @@ class Learner:
     self.initial_params = initial_params
     self.loss_config = method.loss_config()
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
-                                base=self.base_params)
+                                base=self.base_params, micro_batches=micro_batches(config.rl))
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None
@@ -191,8 +200,7 @@ class Learner:
     if self.reference_logprobs is not None:
       # Through the host: the jitted result is committed to the mesh (replicated), which the step's batch
       # sharding would reject on more than one device; uncommitted, it is placed like the other batch arrays.
-      ref = self.reference_logprobs(self.model_params(self.reference_params), batch)
-      batch = {**batch, "ref_logprobs": jnp.asarray(jax.device_get(ref))}
+      batch = {**batch, "ref_logprobs": jnp.asarray(self._reference(batch))}
     rng = np.random.default_rng([self.config.seed, iteration, MINIBATCH_STREAM])
     M = c.minibatch_size
     # Real tokens per row (prompt + response) and causal (query, key) pairs among them: the work counted by
@@ -218,6 +226,22 @@ class Learner:
         "update/minibatches": float(count), "time_policy_update_s": time.perf_counter() - t0,
         "update/tokens": float(c.epochs * lengths.sum()),
         "update/attention_pairs": float(c.epochs * (lengths * (lengths + 1) / 2).sum())}
+
+  def _reference(self, batch: dict[str, Any]) -> np.ndarray:
+    """The reference policy's log-probs of every row's response: in one pass, or with rl.micro_batch_size in
+    passes of that many rows (the last one filled up with repeats of its first row), as the update is."""
+    params = self.model_params(self.reference_params)
+    micro = int(self.config.rl.get("micro_batch_size", 0) or 0)
+    if not micro:
+      return np.asarray(jax.device_get(self.reference_logprobs(params, batch)))
+    rows = int(batch["valid"].shape[0])
+    parts = []
+    for start in range(0, rows, micro):
+      idx = np.arange(start, start + micro)
+      idx[idx >= rows] = start
+      part = self.reference_logprobs(params, {k: jnp.take(v, idx, axis=0) for k, v in batch.items()})
+      parts.append(np.asarray(jax.device_get(part))[:rows - start])
+    return np.concatenate(parts)
 
   def train_aux(self, phase: str, records: Any) -> dict[str, float]:
     """Trains every aux model whose phase this is on the records."""

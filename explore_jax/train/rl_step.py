@@ -18,7 +18,7 @@ import optax
 
 from explore_jax.models import lora as lora_lib
 from explore_jax.models.transformer import Model
-from explore_jax.rl.losses import PolicyLossConfig, policy_loss
+from explore_jax.rl.losses import PolicyLossConfig, loss_totals, policy_loss
 from explore_jax.sampling import response_logprobs
 from explore_jax.train import sft
 from explore_jax.train.sft import image_inputs
@@ -30,21 +30,31 @@ Batch = dict[str, jax.Array]
 # policy's records add images [B, K, H, W, C] uint8, image_count [B] and positions [B, P + R, 3] (image_inputs).
 
 
-def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConfig
-            ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """policy_loss on the batch's response tokens, with log-probs recomputed under `params`."""
+def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConfig, *,
+            totals: Optional[dict[str, jax.Array]] = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """policy_loss on the batch's response tokens, with log-probs recomputed under `params`; with `totals`
+  (`rl_totals` of the minibatch this batch is a micro-batch of) the loss and metrics are its share."""
   needs_entropy = loss_config.entropy_coef != 0.0 or loss_config.entropy_advantage
   out = response_logprobs(model, params, batch["prompt_tokens"], batch["prompt_mask"],
                           batch["response_tokens"], batch["response_mask"], batch["temperatures"],
                           return_entropy=True, **image_inputs(model, params, batch))
-  mask = batch["response_mask"].astype(bool) & batch["valid"].astype(bool)[:, None]
+  mask = _loss_mask(batch)
   loss, metrics = policy_loss(out.logprobs, batch["behaviour_logprobs"], batch["advantages"], mask,
                               loss_config, ref_logp=batch.get("ref_logprobs"),
-                              entropy=out.entropy if needs_entropy else None)
-  n = jnp.maximum(jnp.sum(mask), 1)
+                              entropy=out.entropy if needs_entropy else None, totals=totals)
+  n = jnp.maximum(jnp.sum(mask) if totals is None else totals["tokens"], 1)
   metrics = {**metrics, "entropy": jnp.sum(jnp.where(mask, out.entropy, 0.0)) / n,
              "response_tokens": jnp.sum(mask)}
   return loss, metrics
+
+
+def _loss_mask(batch: Batch) -> jax.Array:
+  return batch["response_mask"].astype(bool) & batch["valid"].astype(bool)[:, None]
+
+
+def rl_totals(batch: Batch) -> dict[str, jax.Array]:
+  """The denominators of `rl_loss` over a whole minibatch (its response tokens and sequences)."""
+  return loss_totals(_loss_mask(batch))
 
 
 def image_batch_fields(config: Any, prompt: np.ndarray, prompt_mask: np.ndarray, response: np.ndarray,
@@ -66,8 +76,9 @@ def make_reference_logprobs(model: Model) -> Callable[[Any, Batch], jax.Array]:
 
 def make_rl_step(model: Model, optimizer: optax.GradientTransformation, loss_config: PolicyLossConfig,
                  state_shardings: Optional[TrainState] = None, *, lora: Optional[lora_lib.LoraConfig] = None,
-                 base: Any = None) -> Callable:
+                 base: Any = None, micro_batches: int = 1) -> Callable:
   """`step(state, batch) -> (state, metrics)`: the shared update step (`sft.make_train_step`) on `rl_loss`
-  (with `lora`, of the adapters on the frozen `base`)."""
+  (with `lora`, of the adapters on the frozen `base`; gradients accumulated over `micro_batches`)."""
   return sft.make_train_step(model, optimizer, state_shardings,
-                             loss_fn=functools.partial(rl_loss, loss_config=loss_config), lora=lora, base=base)
+                             loss_fn=functools.partial(rl_loss, loss_config=loss_config), lora=lora, base=base,
+                             micro_batches=micro_batches, totals_fn=rl_totals)

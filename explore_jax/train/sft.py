@@ -25,12 +25,15 @@ from explore_jax.train.state import TrainState, apply_if_finite
 Batch = dict[str, jax.Array]
 
 
-def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+def next_token_loss(model: Model, params: Any, batch: Batch, *, totals: Optional[dict[str, jax.Array]] = None
+                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Mean over masked targets of -log p(tokens[t+1] | tokens[<=t]).
 
   batch: tokens [B, T] int; loss_mask [B, T] marks the tokens that are *targets* (e.g. the response);
   optional attention_mask [B, T] (default: all real) and positions [B, T] (default: from the mask). A
   vision-language policy's image prompts add images, image_count and positions [B, T, 3] (image_fields).
+  With `totals` (`next_token_totals` of the batch this one is a micro-batch of) the mean is taken over
+  their targets: the loss and accuracy are this micro-batch's share of the whole batch's.
   """
   tokens = batch["tokens"]
   mask = batch.get("attention_mask", jnp.ones_like(tokens, bool)).astype(bool)
@@ -41,13 +44,24 @@ def next_token_loss(model: Model, params: Any, batch: Batch) -> tuple[jax.Array,
   images = {} if features is None else {"image_features": features}
   logits = model.apply(params, tokens, positions, attention_mask=mask, **images).logits[:, :-1]
   targets = tokens[:, 1:]
-  weights = (batch["loss_mask"][:, 1:] & mask[:, 1:]).astype(jnp.float32)
+  weights = _target_weights(batch)
   logp = jax.nn.log_softmax(logits, axis=-1)
   nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
   n = jnp.sum(weights)
-  loss = jnp.sum(nll * weights) / jnp.maximum(n, 1.0)
-  acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / jnp.maximum(n, 1.0)
+  denominator = jnp.maximum(n if totals is None else totals["tokens"], 1.0)
+  loss = jnp.sum(nll * weights) / denominator
+  acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / denominator
   return loss, {"loss": loss, "token_accuracy": acc, "target_tokens": n}
+
+
+def _target_weights(batch: Batch) -> jax.Array:
+  mask = batch.get("attention_mask", jnp.ones_like(batch["tokens"], bool)).astype(bool)
+  return (batch["loss_mask"][:, 1:] & mask[:, 1:]).astype(jnp.float32)
+
+
+def next_token_totals(batch: Batch) -> dict[str, jax.Array]:
+  """The denominator of `next_token_loss` over a whole batch: its target tokens."""
+  return {"tokens": jnp.sum(_target_weights(batch))}
 
 
 def image_fields(config: Any, tokens: np.ndarray, mask: np.ndarray, images: np.ndarray,
@@ -83,7 +97,8 @@ def image_inputs(model: Any, params: Any, batch: Batch) -> dict[str, jax.Array]:
 def make_train_step(model: Model, optimizer: optax.GradientTransformation,
                     state_shardings: Optional[TrainState] = None,
                     loss_fn: Callable[..., tuple[jax.Array, dict]] = next_token_loss, *,
-                    lora: Optional[lora_lib.LoraConfig] = None, base: Any = None) -> Callable:
+                    lora: Optional[lora_lib.LoraConfig] = None, base: Any = None, micro_batches: int = 1,
+                    totals_fn: Optional[Callable[[Batch], dict[str, jax.Array]]] = None) -> Callable:
   """`step(state, batch) -> (state, metrics)`: one optimizer update of `loss_fn(model, params, batch)`,
   jitted with the state donated; a non-finite loss or gradient skips the update (metrics["skipped"]).
 
@@ -95,15 +110,32 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
   `lora.adapted(base, adapters)`: the gradient is taken with respect to the adapters alone, so the base has
   neither gradients nor optimizer state. The base enters the jitted step as an argument on every call (in
   its own shardings, not donated), never as a constant baked into the compiled program.
+
+  With `micro_batches` = m > 1 the batch's rows are taken in m micro-batches of B / m (row j of micro-batch i
+  is row j * m + i, so each micro-batch spans every device's rows), one after another under `lax.scan`, and
+  their gradients are summed: the update is the whole batch's, in about 1/m of the activation memory.
+  `totals_fn(batch)` (the default loss's: `next_token_totals`) gives the whole batch's loss denominators, and
+  each micro-batch's `loss_fn(..., totals=...)` is its share: the shares add up to the whole batch's loss and
+  metrics (equal up to the order of floating-point sums). m = 1 is the plain step, bit for bit.
   """
   if (lora is None) != (base is None):
     raise ValueError("a LoRA train step needs both `lora` and the frozen `base` params")
+  if loss_fn is next_token_loss and totals_fn is None:
+    totals_fn = next_token_totals
+  if micro_batches < 1 or (micro_batches > 1 and totals_fn is None):
+    raise ValueError(f"micro_batches must be >= 1 and, above 1, come with the loss's totals_fn; got "
+                     f"{micro_batches}")
 
   def step(state: TrainState, batch: Batch, frozen: Any = None):
-    def objective(p):
-      return loss_fn(model, p if lora is None else lora_lib.adapted(frozen, p, lora), batch)
+    def objective(p, part, totals=None):
+      p = p if lora is None else lora_lib.adapted(frozen, p, lora)
+      return loss_fn(model, p, part) if totals is None else loss_fn(model, p, part, totals=totals)
 
-    (loss, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+    value_and_grad = jax.value_and_grad(objective, has_aux=True)
+    if micro_batches == 1:
+      (loss, metrics), grads = value_and_grad(state.params, batch)
+    else:
+      (loss, metrics), grads = _accumulate(value_and_grad, state.params, batch, totals_fn(batch), micro_batches)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
@@ -128,6 +160,23 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
   if lora is None:
     return jitted
   return lambda state, batch: jitted(state, batch, base)
+
+
+def _accumulate(value_and_grad: Callable, params: Any, batch: Batch, totals: dict[str, jax.Array],
+                micro_batches: int) -> Any:
+  """((loss, metrics), grads) of the whole batch as the sum of its micro-batches' (make_train_step)."""
+  rows = jax.tree.leaves(batch)[0].shape[0]
+  if rows % micro_batches:
+    raise ValueError(f"a batch of {rows} rows cannot be split into {micro_batches} micro-batches")
+  parts = jax.tree.map(lambda x: x.reshape((rows // micro_batches, micro_batches) + x.shape[1:]).swapaxes(0, 1),
+                       batch)
+
+  def add(total, part):
+    return jax.tree.map(jnp.add, total, value_and_grad(params, part, totals)), None
+
+  first = jax.tree.map(lambda x: x[0], parts)
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(value_and_grad, params, first, totals))
+  return jax.lax.scan(add, zeros, parts)[0]
 
 
 def _check_rows(step: Callable, batch_sharding: NamedSharding) -> Callable:

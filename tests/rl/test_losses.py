@@ -176,6 +176,23 @@ def test_policy_loss_uses_verls_norm_through_the_config():
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("mode", losses.AGGREGATION_MODES)
+def test_each_aggregation_is_the_sum_of_its_row_blocks_shares(mode):
+  """With the whole batch's totals (losses.loss_totals), the aggregates of any split of the rows add up to the
+  whole batch's (what micro-batched updates rely on), rows that are empty or all padding included."""
+  rng = np.random.default_rng(0)
+  values = jnp.asarray(rng.normal(size=(6, 5)), jnp.float32)
+  mask = jnp.asarray(rng.random((6, 5)) < 0.6).at[2].set(False)
+  totals = losses.loss_totals(mask)
+  assert float(totals["tokens"]) == float(mask.sum()) and float(totals["sequences"]) == 5.0
+  whole = losses.aggregate_loss(values, mask, mode, 7)
+  for blocks in ([slice(0, 3), slice(3, 6)], [slice(0, 1), slice(1, 4), slice(4, 6)]):
+    shares = [losses.aggregate_loss(values[b], mask[b], mode, 7, totals) for b in blocks]
+    np.testing.assert_allclose(sum(shares), whole, rtol=1e-6)
+  if mode != "seq-mean-token-sum-norm-verl":  # the one aggregation with no denominator from the batch
+    assert not np.isclose(sum(losses.aggregate_loss(values[b], mask[b], mode, 7) for b in blocks), whole)
+
+
 def test_unknown_aggregation_is_rejected():
   with pytest.raises(ValueError):
     losses.aggregate_loss(VALUES, MASK, "sum")

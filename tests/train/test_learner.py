@@ -454,3 +454,33 @@ def test_update_counts_the_real_tokens_and_attention_pairs_it_trained_on(parts):
   assert m["update/tokens"] == 2 * lengths.sum() == 2 * (7 + 4 + 5)
   assert m["update/attention_pairs"] == 2 * (lengths * (lengths + 1) / 2).sum()
   assert m["time_policy_update_s"] > 0
+
+
+def test_micro_batches_make_the_whole_minibatchs_update_with_the_kl_term(parts):
+  """rl.micro_batch_size: the reference log-probs in passes of that many rows, and each minibatch's gradient
+  summed over its micro-batches, give the update of whole minibatches (and a size that does not divide the
+  minibatch is an error naming the key)."""
+  prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12], [13, 14, 15, 16]]
+  results = [_episode(0, 0, [0.0, 1.0], prompts=prompts[:2]), _episode(0, 1, [0.0, 0.0], prompts=prompts[2:]),
+             _episode(1, 0, [1.0], prompts=prompts[1:2])]
+  records = rollout.to_records(parts.spec, parts.method, results, max_steps=10, pad_to=8)
+  advantages = jnp.asarray([1.0, -0.5, 0.25, -1.0, 0.75, 0.0, 0.0, 0.0], jnp.float32)
+  valid = np.asarray(records.valid)
+  assert valid.sum() == 5
+  out = {}
+  for micro in (0, 2):
+    c = _config_like(parts, minibatch_size=4, micro_batch_size=micro, epochs=2)
+    c.rl.loss.kl_coef = 0.1
+    learner = _learner(parts, make_method(c), c)
+    learner.init(parts.learner.initial_params)
+    learner.reference_params = jax.tree.map(lambda x: x * 0.9, learner.state.params)  # the KL term is not 0
+    m = learner.update(learner.update_batch(records, advantages, valid, 0), 0)
+    out[micro] = (jax.device_get(learner.state.params), m)
+  (whole_params, whole), (got_params, got) = out[0], out[2]
+  assert whole["update/kl_loss"] > 0 and whole["update/minibatches"] == 4  # 5 rows, minibatches of 4, 2 epochs
+  for k in whole:
+    if not k.startswith("time_"):
+      np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
+  with pytest.raises(ValueError, match=r"config\.rl\.micro_batch_size must divide config\.rl\.minibatch_size \(4\)"):
+    _learner(parts, parts.method, _config_like(parts, minibatch_size=4, micro_batch_size=3))

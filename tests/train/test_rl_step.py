@@ -1,12 +1,16 @@
-"""The RL update on sampled records: ratio starts at 1, positive advantages raise their responses' log-probs."""
+"""The RL update on sampled records: ratio starts at 1, positive advantages raise their responses' log-probs;
+micro-batches make the same update in a fraction of the memory."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+import pytest
 
 from explore_jax import sampling
 from explore_jax.models import Model, ModelConfig
 from explore_jax.rl.losses import PolicyLossConfig
+from explore_jax.train import sft
 from explore_jax.train import state as state_lib
 from explore_jax.train.rl_step import make_rl_step, rl_loss
 
@@ -99,3 +103,84 @@ def test_trimming_all_padding_prompt_columns_changes_nothing():
   wide["prompt_mask"] = wide["prompt_mask"].at[3, 0].set(True)
   assert _trim_prompt_padding(wide, np.arange(8))["prompt_tokens"].shape[1] == wide["prompt_tokens"].shape[1]
   assert _trim_prompt_padding(wide, np.array([0, 1]))["prompt_tokens"].shape[1] < wide["prompt_tokens"].shape[1]
+
+
+def _wide_batch(rows=32, prompt_len=64, response_len=8):
+  """Random records with left-padded prompts, responses of varied lengths, and two invalid rows."""
+  rng = np.random.default_rng(3)
+  prompt_mask = np.arange(prompt_len)[None] >= rng.integers(0, prompt_len // 2, rows)[:, None]
+  response_mask = np.arange(response_len)[None] < rng.integers(1, response_len + 1, rows)[:, None]
+  response_mask[7] = False  # an empty response: no tokens, no sequence
+  return {"prompt_tokens": jnp.asarray(rng.integers(1, 64, (rows, prompt_len)), jnp.int32),
+          "prompt_mask": jnp.asarray(prompt_mask),
+          "response_tokens": jnp.asarray(rng.integers(1, 64, (rows, response_len)), jnp.int32),
+          "response_mask": jnp.asarray(response_mask),
+          "temperatures": jnp.asarray(rng.uniform(0.5, 1.5, (rows, response_len)), jnp.float32),
+          "behaviour_logprobs": jnp.asarray(rng.uniform(-6.0, -2.0, (rows, response_len)), jnp.float32),
+          "ref_logprobs": jnp.asarray(rng.uniform(-6.0, -2.0, (rows, response_len)), jnp.float32),
+          "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
+          "valid": jnp.asarray(np.arange(rows) % 11 != 5)}
+
+
+def test_micro_batches_make_the_whole_minibatchs_update():
+  """The gradient summed over 4 micro-batches is the whole minibatch's, with the KL and entropy terms: the same
+  loss, metrics and (plain SGD, so any gradient difference shows) step. Every aggregation's shares add up on
+  their own (tests/rl/test_losses.py)."""
+  aggregation = "seq-mean-token-mean"
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  batch = _wide_batch()
+  config = PolicyLossConfig(aggregation=aggregation, eps_low=0.1, kl_coef=0.1, entropy_coef=0.01, max_len=8)
+  opt = optax.sgd(1.0)
+  out = {}
+  for m in (1, 4):
+    step = make_rl_step(model, opt, config, micro_batches=m)
+    state, metrics = step(state_lib.create_train_state(jax.tree.map(jnp.copy, params), opt), batch)
+    out[m] = (jax.device_get(state.params), jax.device_get(metrics))
+  whole_params, whole = out[1]
+  assert whole["clipfrac_low"] + whole["clipfrac_high"] > 0 and whole["response_tokens"] > 100  # all terms on
+  got_params, got = out[4]
+  assert got.keys() == whole.keys()
+  for k in whole:
+    np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
+  assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, got_params, params)))  # it did move
+
+
+def test_micro_batches_divide_the_steps_activation_memory():
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  batch, opt = _wide_batch(), optax.sgd(1.0)
+  state = state_lib.create_train_state(params, opt)
+  temp = {m: make_rl_step(model, opt, PolicyLossConfig(), micro_batches=m).lower(state, batch).compile()
+          .memory_analysis().temp_size_in_bytes for m in (1, 4)}
+  assert temp[4] < temp[1] / 3, temp
+
+
+def test_micro_batches_must_divide_the_batch():
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  opt = optax.sgd(1.0)
+  with pytest.raises(ValueError, match="cannot be split into 3 micro-batches"):
+    make_rl_step(model, opt, PolicyLossConfig(), micro_batches=3)(state_lib.create_train_state(params, opt),
+                                                                  _wide_batch())
+  with pytest.raises(ValueError, match="totals_fn"):
+    sft.make_train_step(model, opt, loss_fn=lambda *a: None, micro_batches=2)
+
+
+def test_sft_micro_batches_make_the_whole_batchs_update():
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  rng = np.random.default_rng(0)
+  tokens = jnp.asarray(rng.integers(1, 64, (16, 24)), jnp.int32)
+  attention = jnp.asarray(np.arange(24)[None] >= rng.integers(0, 8, 16)[:, None])
+  batch = {"tokens": tokens, "attention_mask": attention,
+           "loss_mask": attention & jnp.asarray(np.arange(24)[None] >= rng.integers(8, 24, 16)[:, None])}
+  opt = optax.sgd(1.0)
+  out = [sft.make_train_step(model, opt, micro_batches=m)(
+      state_lib.create_train_state(jax.tree.map(jnp.copy, params), opt), batch) for m in (1, 4)]
+  (whole_state, whole), (got_state, got) = jax.device_get(out)
+  for k in whole:
+    np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_state.params,
+               whole_state.params)
