@@ -30,10 +30,12 @@ OVERRIDES = ("--config.env.kwargs.max_receptacles=10", "--config.sft.steps=600",
 ARMS = tuple((f"{method}_alfworld_small_ws512", f"configs/{method}_alfworld.py", OVERRIDES)
              for method in ("gigpo", "grpo"))
 # GiGPO's three seeds of 20 iterations (640 episodes each) left held-out success where it was (docs/results.md,
-# on an H100): the same arm for 60 iterations, from the same warm start. On 2 cores that is ~4 h a run; on one
-# GPU the three seeds go side by side (--parallel=3) in about 10 minutes.
+# on an H100): the same arm for 60 iterations, from the same warm start. Its updates go in micro-batches of 8
+# records (the same update up to float sums): a whole minibatch of 64 plans 8.6 GiB of temporary memory, 8 records
+# 1.1 GiB (benchmarks/micro_batches.py), so two runs fit side by side on a 24 GiB machine. On 2 cores that is
+# ~3.5 h a run; on one GPU the three seeds go side by side (--parallel=3) in about 10 minutes.
 ARMS += (("gigpo_alfworld_small_ws512_it60", "configs/gigpo_alfworld.py",
-          (*OVERRIDES, "--config.train.num_iterations=60")),)
+          (*OVERRIDES, "--config.train.num_iterations=60", "--config.rl.micro_batch_size=8")),)
 
 
 def get_protocol() -> dict:
