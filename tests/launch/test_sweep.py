@@ -270,7 +270,7 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
     mine = [line for line in lines if f"/{arm}/" in line]
     assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
   longer = [line for line in lines if "/gigpo_alfworld_small_ws512_it60/" in line]
-  assert all(line.endswith("--config.train.num_iterations=60") for line in longer)
+  assert all(line.endswith("--config.train.num_iterations=60 --config.rl.micro_batch_size=8") for line in longer)
   # The longer arm changes nothing its warm start depends on: it starts from the shorter one's.
   args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
   assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512"]
