@@ -156,7 +156,7 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     if lora is not None:
       in_shardings += (jax.tree.map(lambda x: x.sharding, base),)
     jitted = _check_rows(jax.jit(step, in_shardings=in_shardings, out_shardings=(state_shardings, replicated),
-                                 donate_argnums=0), batch_spec)
+                                 donate_argnums=0), batch_spec, micro_batches)
   if lora is None:
     return jitted
   return lambda state, batch: jitted(state, batch, base)
@@ -179,9 +179,10 @@ def _accumulate(value_and_grad: Callable, params: Any, batch: Batch, totals: dic
   return jax.lax.scan(add, zeros, parts)[0]
 
 
-def _check_rows(step: Callable, batch_sharding: NamedSharding) -> Callable:
-  """`step` that first checks that the batch's rows split evenly over the mesh axes of its leading axis, so
-  that a batch size that does not fit the mesh is a clear error instead of XLA's."""
+def _check_rows(step: Callable, batch_sharding: NamedSharding, micro_batches: int = 1) -> Callable:
+  """`step` that first checks that the batch's rows (each micro-batch's) split evenly over the mesh axes of its
+  leading axis, so that a batch size that does not fit the mesh is a clear error instead of XLA's, and no
+  micro-batch leaves devices idle."""
   axes = batch_sharding.spec[0] if len(batch_sharding.spec) else None
   axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
   shards = math.prod(batch_sharding.mesh.shape[a] for a in axes)
@@ -192,6 +193,10 @@ def _check_rows(step: Callable, batch_sharding: NamedSharding) -> Callable:
       raise ValueError(f"a batch of {rows} rows cannot be split over the {shards} devices of the mesh's "
                        f"{' x '.join(axes)} axes: use a batch size that is a multiple of {shards} "
                        f"(config.sft.batch_size, config.rl.minibatch_size)")
+    if micro_batches > 1 and rows % (shards * micro_batches):
+      raise ValueError(f"micro-batches of {rows / micro_batches:g} rows cannot be split over the {shards} devices "
+                       f"of the mesh's {' x '.join(axes)} axes: use a multiple of {shards} "
+                       f"(config.rl.micro_batch_size)")
     return step(state, batch, *rest)
 
   return checked

@@ -459,7 +459,7 @@ def test_update_counts_the_real_tokens_and_attention_pairs_it_trained_on(parts):
 def test_micro_batches_make_the_whole_minibatchs_update_with_the_kl_term(parts):
   """rl.micro_batch_size: the reference log-probs in passes of that many rows, and each minibatch's gradient
   summed over its micro-batches, give the update of whole minibatches (and a size that does not divide the
-  minibatch is an error naming the key)."""
+  minibatch, or does not split over the mesh, is an error naming the key)."""
   prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12], [13, 14, 15, 16]]
   results = [_episode(0, 0, [0.0, 1.0], prompts=prompts[:2]), _episode(0, 1, [0.0, 0.0], prompts=prompts[2:]),
              _episode(1, 0, [1.0], prompts=prompts[1:2])]
@@ -484,3 +484,8 @@ def test_micro_batches_make_the_whole_minibatchs_update_with_the_kl_term(parts):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
   with pytest.raises(ValueError, match=r"config\.rl\.micro_batch_size must divide config\.rl\.minibatch_size \(4\)"):
     _learner(parts, parts.method, _config_like(parts, minibatch_size=4, micro_batch_size=3))
+  # A micro-batch of 1 row cannot be split over the mesh's 2 batch shards (data 2 x fsdp 1).
+  lone = _learner(parts, parts.method, _config_like(parts, minibatch_size=4, micro_batch_size=1))
+  lone.init(parts.learner.initial_params)
+  with pytest.raises(ValueError, match=r"micro-batches of 1 rows cannot be split over the 2 devices.*micro_batch_size"):
+    lone.update(lone.update_batch(records, advantages, valid, 0), 0)
