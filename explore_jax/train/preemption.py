@@ -1,8 +1,8 @@
 """A polite stop: on SIGTERM the run finishes the iteration it is in, saves a checkpoint there and leaves.
 
 `kill PID`, a sweep taken down (launch/sweep.py), a preemptible VM's shutdown and a cluster's time limit all send
-SIGTERM before they kill. Dying at once loses every iteration since the last checkpoint (`checkpoint.every`),
-which for an RL run of minutes an iteration is most of an hour. Instead the loop (train/loop.py) asks at the end
+SIGTERM before they kill. Dying at once loses every iteration since the last checkpoint (`checkpoint.every`):
+with iterations of minutes, up to an hour of work. Instead the loop (train/loop.py) asks at the end
 of each iteration whether a stop was requested, and if the run can resume exactly from there (any iteration of a
 synchronous run; an overlapped run's synchronisation points only, train/pipeline.py) saves and raises `Stopped`.
 The same command resumes it. A second SIGTERM ends the process at once, as if no handler were there.
