@@ -451,6 +451,7 @@ class Launched:
           sys.stderr.buffer.write(chunk)
           sys.stderr.flush()
         log.write(chunk)
+        log.flush()  # the log is what a user tails while the run goes
         self._tail.append(chunk)
 
   def _wait(self, reader: threading.Thread, ended: queue.Queue) -> None:
