@@ -48,13 +48,13 @@ PROMPT_BUCKET = 64
 STEP_WEIGHT_FIELD = "step_weight"
 
 
-def micro_batches(rl: Any) -> int:
-  """How many micro-batches a minibatch of `rl.minibatch_size` records is taken in (`rl.micro_batch_size`)."""
+def micro_batch_size(rl: Any) -> int:
+  """`rl.micro_batch_size`, checked: 0 (the whole minibatch) or a divisor of `rl.minibatch_size`."""
   size, micro = int(rl.minibatch_size), int(rl.get("micro_batch_size", 0) or 0)
   if micro < 0 or (micro and size % micro):
     raise ValueError(f"config.rl.micro_batch_size must divide config.rl.minibatch_size ({size}) or be 0 (the "
                      f"whole minibatch); got {micro}")
-  return size // micro if micro else 1
+  return micro
 
 
 class Learner:
@@ -77,8 +77,11 @@ class Learner:
       initial_params = jax.jit(lambda: lora_lib.init(model.config, lora), out_shardings=self.shardings.params)()
     self.initial_params = initial_params
     self.loss_config = method.loss_config()
+    self.micro_batch_size = micro_batch_size(config.rl)
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
-                                base=self.base_params, micro_batches=micro_batches(config.rl))
+                                base=self.base_params,
+                                micro_batches=config.rl.minibatch_size // self.micro_batch_size
+                                if self.micro_batch_size else 1)
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None
@@ -231,7 +234,7 @@ class Learner:
     """The reference policy's log-probs of every row's response: in one pass, or with rl.micro_batch_size in
     passes of that many rows (the last one filled up with repeats of its first row), as the update is."""
     params = self.model_params(self.reference_params)
-    micro = int(self.config.rl.get("micro_batch_size", 0) or 0)
+    micro = self.micro_batch_size
     if not micro:
       return np.asarray(jax.device_get(self.reference_logprobs(params, batch)))
     rows = int(batch["valid"].shape[0])

@@ -18,7 +18,7 @@ import optax
 
 from explore_jax.models import lora as lora_lib
 from explore_jax.models.transformer import Model
-from explore_jax.rl.losses import PolicyLossConfig, loss_totals, policy_loss
+from explore_jax.rl.losses import PolicyLossConfig, aggregate_loss, loss_totals, policy_loss
 from explore_jax.sampling import response_logprobs
 from explore_jax.train import sft
 from explore_jax.train.sft import image_inputs
@@ -42,8 +42,7 @@ def rl_loss(model: Model, params: Any, batch: Batch, loss_config: PolicyLossConf
   loss, metrics = policy_loss(out.logprobs, batch["behaviour_logprobs"], batch["advantages"], mask,
                               loss_config, ref_logp=batch.get("ref_logprobs"),
                               entropy=out.entropy if needs_entropy else None, totals=totals)
-  n = jnp.maximum(jnp.sum(mask) if totals is None else totals["tokens"], 1)
-  metrics = {**metrics, "entropy": jnp.sum(jnp.where(mask, out.entropy, 0.0)) / n,
+  metrics = {**metrics, "entropy": aggregate_loss(out.entropy, mask, "token-mean", totals=totals),
              "response_tokens": jnp.sum(mask)}
   return loss, metrics
 
