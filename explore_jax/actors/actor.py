@@ -5,10 +5,14 @@ work is Python (environments, prompt hooks, the Hugging Face tokenizer), and a j
 every actor seconds and memory for nothing. `actor_main` is the process; `Actor` is its event loop
 without any process around it, so it can also be driven in-process.
 
-An actor interleaves up to `envs_per_actor` episodes. It handles one message at a time: a spec resets
+An actor interleaves up to `envs_per_actor` episodes. It handles messages in arrival order: a spec resets
 an environment and asks for the first action; a response is decoded, steps its environment and either
 asks for the next action or finishes the episode. While one episode waits for the learner the others
-reset, step and ask. Asking is one or two round trips: when the prompt hook has `embedding_texts`, the
+reset, step and ask. The learner answers a round's requests together, so they arrive together: the
+resets and steps of such a run of messages go out at once, on `env_threads` threads, to environments
+that declare their instances independent (`metadata["concurrent_instances"]`: each holds its own game
+process, as ALFWorld's do), and everything else (prompts, records, messages out) follows in arrival
+order, so the episodes and what the learner hears are those of one call after another. Asking is one or two round trips: when the prompt hook has `embedding_texts`, the
 actor first asks for their embeddings and builds the prompt once they arrive. Finishing is one more when
 the hook has a `final_prompt`: its environment goes back to the cache, the final prompt is sampled, and
 the decoded text travels with the finished episode. An exception from an environment or a prompt hook
@@ -19,6 +23,7 @@ that raised is closed, never reused.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import multiprocessing
@@ -59,6 +64,9 @@ class ActorConfig:
   # nor evicts training's (an ALFWorld environment is a process that takes seconds to start), for twice the
   # idle environments' memory.
   kept_env_settings: int = 1
+  # How many environment calls (resets, steps) the actor makes at once for environments whose instances are
+  # independent (module docstring); 1 makes them one after another. The episodes are the same either way.
+  env_threads: int = 1
 
 
 class PromptTokenizer:
@@ -179,8 +187,9 @@ def _error_text(where: str, error: BaseException) -> str:
   return text if len(text) <= _MAX_ERROR_CHARS else text[:200] + "\n...\n" + text[-(_MAX_ERROR_CHARS - 205):]
 
 
-# What a live episode waits for from the learner (every live episode waits for one of them).
-_EMBEDDINGS, _RESPONSE, _FINAL = "embeddings", "response", "final response"
+# What a live episode waits for from the learner (every live episode waits for one of them), or, while a
+# run of messages is handled, for its environment.
+_EMBEDDINGS, _RESPONSE, _FINAL, _ENV = "embeddings", "response", "final response", "environment call"
 
 
 @dataclasses.dataclass
@@ -201,6 +210,26 @@ class _Episode:
   requested_at: float = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class _EnvCall:
+  """An environment's reset or step (`call`, which may run on a worker thread) and what the actor does with
+  its outcome (`then(value, error)`, on the actor's thread)."""
+  env: gymnasium.Env
+  call: Callable[[], Any]
+  then: Callable[[Any, Optional[Exception]], None]
+
+  def run(self) -> tuple[Any, Optional[Exception]]:
+    try:
+      return self.call(), None
+    except Exception as e:
+      return None, e
+
+
+def concurrent_instances(env: gymnasium.Env) -> bool:
+  """Whether `env` declares that its instances may be reset and stepped from several threads at once."""
+  return bool(getattr(env, "metadata", None) and env.metadata.get("concurrent_instances", False))
+
+
 class Actor:
   """One actor's live episodes: `handle` reacts to a learner message, `send` carries the answers out."""
 
@@ -210,16 +239,33 @@ class Actor:
     self.send = send
     self.envs = EnvCache(config.envs_per_actor * config.kept_env_settings)
     self.episodes: dict[int, _Episode] = {}
+    if config.env_threads < 1:
+      raise ValueError(f"env_threads must be at least 1, got {config.env_threads}")
+    self._threads = None if config.env_threads == 1 else concurrent.futures.ThreadPoolExecutor(
+        config.env_threads, thread_name_prefix=f"actor{config.actor_id}-env")
 
   def oldest_request(self) -> Optional[float]:
     """When the longest-waiting request (prompt or embedding) was sent (time.monotonic), or None if none waits."""
     return min((ep.requested_at for ep in self.episodes.values()), default=None)
 
+  def handle_all(self, messages: list[Any]) -> None:
+    """Handles `messages` in order, as `handle` would one by one; the environment calls of each run of specs
+    and responses go out together (module docstring)."""
+    calls: list[_EnvCall] = []
+    for message in messages:
+      if isinstance(message, (EpisodeSpec, Response)):
+        call = self._start_call(message) if isinstance(message, EpisodeSpec) else self._step_call(message)
+        if call is not None:
+          calls.append(call)
+      else:
+        self._make(calls)
+        calls = []
+        self.handle(message)
+    self._make(calls)
+
   def handle(self, message: Any) -> None:
-    if isinstance(message, EpisodeSpec):
-      self._start(message)
-    elif isinstance(message, Response):
-      self._step(message)
+    if isinstance(message, (EpisodeSpec, Response)):
+      self.handle_all([message])
     elif isinstance(message, Embeddings):
       self._embedded(message)
     elif isinstance(message, CancelEpisodes):
@@ -239,23 +285,41 @@ class Actor:
         discard(ep.env)
     self.episodes.clear()
     self.envs.close()
+    if self._threads is not None:
+      self._threads.shutdown(wait=True)
 
-  def _start(self, spec: EpisodeSpec) -> None:
+  def _make(self, calls: list[_EnvCall]) -> None:
+    """Makes the environment calls (concurrently where allowed), then finishes each in order."""
+    if self._threads is None or sum(concurrent_instances(c.env) for c in calls) < 2:
+      outcomes = [c.run() for c in calls]
+    else:
+      futures = {i: self._threads.submit(c.run) for i, c in enumerate(calls) if concurrent_instances(c.env)}
+      outcomes = [futures[i].result() if i in futures else c.run() for i, c in enumerate(calls)]
+    for c, (value, error) in zip(calls, outcomes):
+      c.then(value, error)
+
+  def _start_call(self, spec: EpisodeSpec) -> Optional[_EnvCall]:
     if spec.episode_id in self.episodes:
       raise ValueError(f"episode {spec.episode_id} is already running on actor {self.config.actor_id}")
     try:
       env = self.envs.acquire(spec.env_id, spec.env_kwargs)
     except Exception as e:
       self._send_dropped(spec, _error_text(f"gymnasium.make({spec.env_id!r})", e))
-      return
-    try:
-      observation, info = env.reset(seed=spec.seed, options=dict(spec.reset_options))
-    except Exception as e:
-      discard(env)
-      self._send_dropped(spec, _error_text("env.reset", e))
-      return
-    ep = _Episode(spec, env, observation, dict(info))
+      return None
+    ep = _Episode(spec, env, "", {}, awaiting=_ENV)
+    # Held from now on, so that a second spec of the same id in this run of calls is refused too.
     self.episodes[spec.episode_id] = ep
+    return _EnvCall(env, lambda: env.reset(seed=spec.seed, options=dict(spec.reset_options)),
+                    lambda value, error: self._started(ep, value, error))
+
+  def _started(self, ep: _Episode, value: Any, error: Optional[Exception]) -> None:
+    if error is not None:
+      del self.episodes[ep.spec.episode_id]
+      discard(ep.env)
+      self._send_dropped(ep.spec, _error_text("env.reset", error))
+      return
+    observation, info = value
+    ep.observation, ep.info = observation, dict(info)
     self._ask(ep)
 
   def _ask(self, ep: _Episode) -> None:
@@ -307,19 +371,25 @@ class Actor:
                        f"{message.step}, but that episode waits for {waiting}")
     return ep
 
-  def _step(self, response: Response) -> None:
+  def _step_call(self, response: Response) -> Optional[_EnvCall]:
     ep = self.episodes.get(response.episode_id)
     if ep is not None and ep.awaiting == _FINAL:
       self._waiting(response, _FINAL)
       self._finish(ep, response)
-      return
+      return None
     ep = self._waiting(response, _RESPONSE)
+    # Answered: a second response to this step in the same run of calls is refused.
+    ep.awaiting = _ENV
     text = self.tokenizer.decode(response.tokens)
-    try:
-      observation, reward, terminated, truncated, info = ep.env.step(text)
-    except Exception as e:
-      self._drop(ep, _error_text("env.step", e), env_broken=True)
+    env = ep.env
+    return _EnvCall(env, lambda: env.step(text),
+                    lambda value, error: self._stepped(ep, response, text, value, error))
+
+  def _stepped(self, ep: _Episode, response: Response, text: str, value: Any, error: Optional[Exception]) -> None:
+    if error is not None:
+      self._drop(ep, _error_text("env.step", error), env_broken=True)
       return
+    observation, reward, terminated, truncated, info = value
     done = bool(terminated or truncated)
     key = ep.info.get("state_key")
     ep.steps.append(StepRecord(
@@ -423,9 +493,17 @@ def _serve(actor: Actor, inbox: Any) -> Optional[str]:
       if timeout is not None and oldest is not None and time.monotonic() - oldest > timeout:
         return f"a request waited more than request_timeout_s={timeout} s for its answer"
       continue
-    if message is STOP:
+    # What else has arrived goes with it: a round's responses come together, and their steps can too.
+    messages = [message]
+    while messages[-1] is not STOP:
+      try:
+        messages.append(inbox.get_nowait())
+      except queue.Empty:
+        break
+    stop = messages[-1] is STOP
+    actor.handle_all(messages[:-1] if stop else messages)
+    if stop:
       return None
-    actor.handle(message)
 
 
 def _report_failure(outbox: Any, failure: ActorFailure) -> None:

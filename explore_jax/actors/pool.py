@@ -209,6 +209,9 @@ class ActorPool:
     kept_env_settings: how many environment settings (env id and kwargs) each actor keeps idle instances of,
       envs_per_actor of each (2: training's and evaluation's; an evaluation then starts no environment again,
       for twice the idle environments' memory).
+    env_threads: how many resets and steps an actor makes at once, on threads, for environments that declare
+      their instances independent (actors/actor.py; ALFWorld); 0: envs_per_actor, 1: one after another. The
+      episodes do not change.
     max_prompt_tokens: longer prompts keep their last this-many tokens (counted in the metrics).
     request_timeout_s: an actor whose request waits longer than this for its answer takes the learner for
       gone and exits (None: wait as long as the learner lives); must exceed the slowest policy_fn (and
@@ -230,9 +233,10 @@ class ActorPool:
                max_prompt_tokens: int = 2048, request_timeout_s: Optional[float] = None,
                episode_timeout_s: float = 60.0, max_restarts: int = 3, start_timeout_s: float = 120.0,
                batch_wait_s: float = 0.0, image_layout: Optional[ImageLayout] = None,
-               exchange: Optional[Exchange] = None, round_wait_s: float = 0.05, kept_env_settings: int = 1):
+               exchange: Optional[Exchange] = None, round_wait_s: float = 0.05, kept_env_settings: int = 1,
+               env_threads: int = 0):
     for name, value, low in (("num_actors", num_actors, 1), ("envs_per_actor", envs_per_actor, 1),
-                             ("kept_env_settings", kept_env_settings, 1),
+                             ("kept_env_settings", kept_env_settings, 1), ("env_threads", env_threads, 0),
                              ("max_prompt_tokens", max_prompt_tokens, 1), ("max_restarts", max_restarts, 0)):
       if value < low:
         raise ValueError(f"{name} must be at least {low}, got {value}")
@@ -256,7 +260,8 @@ class ActorPool:
     self.round_wait_s = round_wait_s
     self._exchange = exchange if exchange is not None and exchange.process_count > 1 else None
     self._configs = [ActorConfig(i, os.path.abspath(tokenizer_dir), prompt_hook, envs_per_actor,
-                                 max_prompt_tokens, request_timeout_s, image_layout, kept_env_settings)
+                                 max_prompt_tokens, request_timeout_s, image_layout, kept_env_settings,
+                                 env_threads or envs_per_actor)
                      for i in range(num_actors)]
     self._ctx = multiprocessing.get_context("spawn")
     self._actors = [_Actor(i) for i in range(num_actors)]

@@ -83,7 +83,7 @@ class Parts:
                      prompt_hook=self.method.prompt_hook(), envs_per_actor=c.envs_per_actor,
                      max_prompt_tokens=self.server.prompt_len, episode_timeout_s=c.episode_timeout_s,
                      batch_wait_s=c.batch_wait_s, image_layout=self.image_layout,
-                     kept_env_settings=c.kept_env_settings,
+                     kept_env_settings=c.kept_env_settings, env_threads=c.env_threads,
                      exchange=ProcessExchange() if jax.process_count() > 1 else None)
 
 

@@ -8,6 +8,7 @@ No jax here: importing this module in an actor must keep it jax-free.
 import dataclasses
 import os
 import sys
+import threading
 import time
 
 import gymnasium
@@ -22,6 +23,8 @@ FAULTY_ENV = f"{__name__}:{FAULTY_ID}"
 
 if FAULTY_ID not in gymnasium.registry:
   gymnasium.register(id=FAULTY_ID, entry_point=f"{__name__}:FaultyKeyDoor")
+RECORDING_ENV = f"{__name__}:explore_jax_tests/RecordingKeyDoor-v0"
+CONCURRENT_ENV = f"{__name__}:explore_jax_tests/ConcurrentKeyDoor-v0"
 
 
 class FaultyKeyDoor(KeyDoorEnv):
@@ -41,6 +44,33 @@ class FaultyKeyDoor(KeyDoorEnv):
     if self.faults.get("hang_at_step") == step:
       time.sleep(600)  # far past any timeout: the pool kills the actor long before
     return super().step(response)
+
+
+class RecordingKeyDoor(FaultyKeyDoor):
+  """Records the thread of each reset and step (`calls`, shared by the class); a step first waits at `barrier`
+  when one is set, so that a test can ask for steps that run at once."""
+  calls: list[tuple[str, int]] = []
+  barrier = None
+
+  def reset(self, *, seed=None, options=None):
+    type(self).calls.append(("reset", threading.get_ident()))
+    return super().reset(seed=seed, options=options)
+
+  def step(self, response):
+    type(self).calls.append(("step", threading.get_ident()))
+    if type(self).barrier is not None:
+      type(self).barrier.wait()
+    return super().step(response)
+
+
+class ConcurrentKeyDoor(RecordingKeyDoor):
+  """A world whose instances may be stepped at once (actors/actor.py)."""
+  metadata = {**KeyDoorEnv.metadata, "concurrent_instances": True}
+
+
+for _cls in (RecordingKeyDoor, ConcurrentKeyDoor):
+  if f"explore_jax_tests/{_cls.__name__}-v0" not in gymnasium.registry:
+    gymnasium.register(id=f"explore_jax_tests/{_cls.__name__}-v0", entry_point=f"{__name__}:{_cls.__name__}")
 
 
 def prompt(observation, history, context, info):

@@ -5,6 +5,7 @@ import dataclasses
 import pathlib
 import queue
 import sys
+import threading
 import time
 
 import numpy as np
@@ -24,10 +25,10 @@ def tokenizer():
   return PromptTokenizer.from_dir(TINY, max_prompt_tokens=10_000)
 
 
-def make_actor(tokenizer, max_prompt_tokens=10_000, hook=actor_fixtures.prompt, **config_fields):
+def make_actor(tokenizer, max_prompt_tokens=10_000, hook=actor_fixtures.prompt, envs_per_actor=2, **config_fields):
   sent = []
   tok = PromptTokenizer(tokenizer.tokenizer, max_prompt_tokens)
-  config = ActorConfig(actor_id=7, tokenizer_dir=TINY, prompt_hook=hook, envs_per_actor=2,
+  config = ActorConfig(actor_id=7, tokenizer_dir=TINY, prompt_hook=hook, envs_per_actor=envs_per_actor,
                        max_prompt_tokens=max_prompt_tokens, **config_fields)
   return Actor(config, tok, sent.append), sent
 
@@ -284,3 +285,126 @@ def test_errors_in_embedding_texts_or_final_prompt_drop_only_their_episode(token
   assert actor.envs.created == 2 and len({id(env) for env in idle}) == len(idle) == 2 and not actor.episodes
   play(actor, sent, tokenizer, [spec(3), spec(4)])
   assert actor.envs.created == 2
+
+
+# ---- environment calls at once ------------------------------------------------------------------------
+
+def play_rounds(actor, sent, tokenizer, specs, first_round=None):
+  """Like `play`, but as the pool answers: every request of a round in one handle_all, in episode order.
+  `first_round` runs before the first round of responses is handed over (and is undone after it)."""
+  mirrors, results, rounds = {}, {}, 0
+  actor.handle_all(list(specs))
+  while sent:
+    requests = []
+    for message in sent:
+      if isinstance(message, EpisodeResult):
+        results[message.spec.episode_id] = message
+      else:
+        requests.append(message)
+    sent.clear()
+    responses = []
+    for request in sorted(requests, key=lambda r: r.episode_id):
+      if request.episode_id not in mirrors:
+        mirrors[request.episode_id] = actor_fixtures.mirror(next(s for s in specs
+                                                                 if s.episode_id == request.episode_id))[0]
+      text = actor_fixtures.scripted_action(mirrors[request.episode_id], request.episode_id, request.step)
+      mirrors[request.episode_id].step(text)
+      responses.append(respond(tokenizer, request, text))
+    if first_round is not None and rounds == 0:
+      with first_round():
+        actor.handle_all(responses)
+    else:
+      actor.handle_all(responses)
+    rounds += 1
+  return results
+
+
+class _meeting:
+  """Makes the first round's steps of `count` episodes wait for each other (they break it unless all are
+  stepped at once)."""
+
+  def __init__(self, count):
+    self.count = count
+
+  def __enter__(self):
+    actor_fixtures.ConcurrentKeyDoor.barrier = threading.Barrier(self.count, timeout=60)
+
+  def __exit__(self, *exc):
+    actor_fixtures.ConcurrentKeyDoor.barrier = None
+
+
+def _concurrent_spec(i, env_id=actor_fixtures.CONCURRENT_ENV, **reset_options):
+  return dataclasses.replace(spec(i, **reset_options), env_id=env_id)
+
+
+def test_a_round_of_steps_goes_out_at_once_where_the_world_allows_it_and_plays_the_same_episodes(tokenizer):
+  calls = actor_fixtures.RecordingKeyDoor.calls
+  specs = [_concurrent_spec(i) for i in range(4)]
+  calls.clear()
+  actor, sent = make_actor(tokenizer, envs_per_actor=4, env_threads=4)
+  at_once = play_rounds(actor, sent, tokenizer, specs, first_round=lambda: _meeting(4))
+  actor.close()
+  assert all(r.error is None and r.steps[-1].done for r in at_once.values()) and sorted(at_once) == [0, 1, 2, 3]
+  main = threading.get_ident()
+  # The four resets and the first round's four steps went to the actor's threads (a lone call stays home).
+  assert [kind for kind, _ in calls[:8]] == ["reset"] * 4 + ["step"] * 4
+  assert main not in {thread for _, thread in calls[:8]} and len({thread for _, thread in calls[:8]}) > 1
+
+  calls.clear()
+  serial, serial_sent = make_actor(tokenizer, envs_per_actor=4)  # env_threads=1
+  one_by_one = play_rounds(serial, serial_sent, tokenizer, specs)
+  assert {thread for _, thread in calls} == {main}
+  assert {i: _content(r) for i, r in at_once.items()} == {i: _content(r) for i, r in one_by_one.items()}
+  # And as `handle` plays them, one message at a time.
+  singly, singly_sent = make_actor(tokenizer, envs_per_actor=4, env_threads=4)
+  assert {i: _content(r) for i, r in play(singly, singly_sent, tokenizer, specs).items()} == {
+      i: _content(r) for i, r in one_by_one.items()}
+
+
+def test_a_world_that_does_not_allow_it_is_stepped_on_the_actors_thread(tokenizer):
+  calls = actor_fixtures.RecordingKeyDoor.calls
+  calls.clear()
+  actor, sent = make_actor(tokenizer, envs_per_actor=3, env_threads=3)
+  specs = [_concurrent_spec(i, actor_fixtures.RECORDING_ENV) for i in range(3)]
+  results = play_rounds(actor, sent, tokenizer, specs)
+  assert all(r.error is None for r in results.values()) and len(calls) > 6
+  assert {thread for _, thread in calls} == {threading.get_ident()}
+
+
+def test_a_failing_step_among_concurrent_ones_drops_only_its_episode(tokenizer):
+  actor, sent = make_actor(tokenizer, envs_per_actor=3, env_threads=3)
+  specs = [_concurrent_spec(0, raise_at_step=1), _concurrent_spec(1), _concurrent_spec(2, raise_on_reset=True)]
+  created = actor.envs.created
+  results = play_rounds(actor, sent, tokenizer, specs, first_round=lambda: _meeting(2))
+  assert "env.reset raised RuntimeError: injected fault on reset" in results[2].error
+  assert "env.step raised RuntimeError: injected fault at step 1" in results[0].error
+  assert results[0].steps == [] and results[1].error is None and results[1].steps[-1].done
+  assert actor.episodes == {} and actor.envs.created == created + 3
+  # The two that raised were closed: of the three, only the one that finished is idle for the next episode.
+  play_rounds(actor, sent, tokenizer, [_concurrent_spec(3)])
+  assert actor.envs.created == created + 3
+
+
+def test_a_second_spec_or_response_in_one_run_of_messages_is_refused(tokenizer):
+  actor, sent = make_actor(tokenizer, envs_per_actor=2, env_threads=2)
+  with pytest.raises(ValueError, match="already running"):
+    actor.handle_all([_concurrent_spec(0), _concurrent_spec(0)])
+  actor, sent = make_actor(tokenizer, envs_per_actor=2, env_threads=2)
+  actor.handle_all([_concurrent_spec(0)])
+  request = sent.pop()
+  answer = respond(tokenizer, request, "go left")
+  with pytest.raises(ValueError, match="waits for step 0's environment call"):
+    actor.handle_all([answer, answer])
+
+
+def test_the_actor_hands_what_has_arrived_to_handle_all_together(tokenizer):
+  actor, _ = make_actor(tokenizer)
+  handed = []
+  actor.handle_all = handed.append
+  inbox = queue.Queue()
+  for message in (spec(0), spec(1), STOP, spec(2)):
+    inbox.put(message)
+  assert _serve(actor, inbox) is None
+  assert handed == [[spec(0), spec(1)]] and inbox.get_nowait() == spec(2)
+  with pytest.raises(ValueError, match="env_threads must be at least 1"):
+    make_actor(tokenizer, env_threads=0)

@@ -1,7 +1,8 @@
 """ALFWorld-v0: generated games per task type, seeds, the room partition, the grammar, state keys,
-admissible actions, parallel copies, official-layout games (data_dir and ALFWORLD_DATA), concurrent
+admissible actions, parallel copies, instances stepped at once, official-layout games (data_dir and ALFWORLD_DATA), concurrent
 generation, a killed game process, the game process's memoization, lazy imports."""
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -296,6 +297,31 @@ def test_parallel_copies_start_identical_and_stay_identical_under_equal_actions(
   finally:
     env.close()
   assert all(process.poll() is not None for process in processes)  # closing stops them
+
+
+def test_instances_stepped_from_threads_at_once_play_as_one_after_another(env, cache):
+  # What an actor does with a round's steps (actors/actor.py): ALFWorld declares its instances independent.
+  assert gymnasium.make("explore_jax/ALFWorld-v0", data_dir="generated", cache_dir=cache,
+                        num_games=6).metadata["concurrent_instances"]
+  envs = [env] + [ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, admissible=True,
+                              num_games=6) for _ in range(2)]
+  try:
+    def play(pool):
+      call = (lambda f, items: list(pool.map(f, items))) if pool else (lambda f, items: [f(x) for x in items])
+      seen = [[o] for o, _ in call(lambda e: e.reset(options={"task_index": envs.index(e) + 3}), envs)]
+      live = list(range(len(envs)))
+      while live:
+        steps = call(lambda i: envs[i].step(envs[i].oracle_action()), live)
+        for i, (observation, reward, terminated, truncated, info) in zip(live, steps):
+          seen[i].append((observation, reward, info["state_key"]))
+        live = [i for i, s in zip(live, steps) if not (s[2] or s[3])]
+      return seen
+    with concurrent.futures.ThreadPoolExecutor(len(envs)) as pool:
+      at_once = play(pool)
+    assert at_once == play(None) and all(s[-1][1] == 1.0 for s in at_once)
+  finally:
+    for other in envs[1:]:
+      other.close()
 
 
 def _edit_game(folder, **changes):
