@@ -265,15 +265,21 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   out = sweep("--protocol=configs/protocols/alfworld.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 9 and all("--config.sft.seed=0" in line for line in lines)
-  for arm in ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60"):
+  arms = ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60",
+          "gigpo_alfworld_small_ws512_fresh_kl_it60")
+  assert len(lines) == 3 * len(arms) and all("--config.sft.seed=0" in line for line in lines)
+  for arm in arms:
     mine = [line for line in lines if f"/{arm}/" in line]
     assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
   longer = [line for line in lines if "/gigpo_alfworld_small_ws512_it60/" in line]
   assert all(line.endswith("--config.train.num_iterations=60 --config.rl.micro_batch_size=8") for line in longer)
-  # The longer arm changes nothing its warm start depends on: it starts from the shorter one's.
+  fresh = [line for line in lines if "/gigpo_alfworld_small_ws512_fresh_kl_it60/" in line]
+  assert all(line.endswith("--config.train.num_iterations=60 --config.rl.micro_batch_size=8 "
+                           "--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01") for line in fresh)
+  # The longer arms change nothing their warm start depends on: they start from the shorter one's.
   args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
-  assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512"]
+  assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512_fresh_kl_it60"] == args[
+      "gigpo_alfworld_small_ws512"]
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
