@@ -12,10 +12,12 @@ reset, step and ask. The learner answers a round's requests together, so they ar
 resets and steps of such a run of messages go out at once, on `env_threads` threads, to environments
 that declare their instances independent (`metadata["concurrent_instances"]`: each holds its own game
 process, as ALFWorld's do), and everything else (prompts, records, messages out) follows in arrival
-order, so the episodes and what the learner hears are those of one call after another. Asking is one or two round trips: when the prompt hook has `embedding_texts`, the
-actor first asks for their embeddings and builds the prompt once they arrive. Finishing is one more when
-the hook has a `final_prompt`: its environment goes back to the cache, the final prompt is sampled, and
-the decoded text travels with the finished episode. An exception from an environment or a prompt hook
+order, so the episodes and what the learner hears are those of one call after another.
+
+Asking is one or two round trips: when the prompt hook has `embedding_texts`, the actor first asks for
+their embeddings and builds the prompt once they arrive. Finishing is one more when the hook has a
+`final_prompt`: its environment goes back to the cache, the final prompt is sampled, and the decoded text
+travels with the finished episode. An exception from an environment or a prompt hook
 (any of its parts) drops that episode only (the error text travels in its EpisodeResult); an environment
 that raised is closed, never reused.
 """
@@ -213,10 +215,15 @@ class _Episode:
 @dataclasses.dataclass(frozen=True)
 class _EnvCall:
   """An environment's reset or step (`call`, which may run on a worker thread) and what the actor does with
-  its outcome (`then(value, error)`, on the actor's thread)."""
-  env: gymnasium.Env
+  its outcome (`then(value, error)`, on the actor's thread, in arrival order). No `env`: nothing to call."""
+  env: Optional[gymnasium.Env]
   call: Callable[[], Any]
   then: Callable[[Any, Optional[Exception]], None]
+
+  @classmethod
+  def later(cls, then: Callable[[], None]) -> "_EnvCall":
+    """No environment call: only `then`, in its turn."""
+    return cls(None, lambda: None, lambda value, error: then())
 
   def run(self) -> tuple[Any, Optional[Exception]]:
     try:
@@ -254,9 +261,7 @@ class Actor:
     calls: list[_EnvCall] = []
     for message in messages:
       if isinstance(message, (EpisodeSpec, Response)):
-        call = self._start_call(message) if isinstance(message, EpisodeSpec) else self._step_call(message)
-        if call is not None:
-          calls.append(call)
+        calls.append(self._start_call(message) if isinstance(message, EpisodeSpec) else self._step_call(message))
       else:
         self._make(calls)
         calls = []
@@ -298,14 +303,14 @@ class Actor:
     for c, (value, error) in zip(calls, outcomes):
       c.then(value, error)
 
-  def _start_call(self, spec: EpisodeSpec) -> Optional[_EnvCall]:
+  def _start_call(self, spec: EpisodeSpec) -> _EnvCall:
     if spec.episode_id in self.episodes:
       raise ValueError(f"episode {spec.episode_id} is already running on actor {self.config.actor_id}")
     try:
       env = self.envs.acquire(spec.env_id, spec.env_kwargs)
     except Exception as e:
-      self._send_dropped(spec, _error_text(f"gymnasium.make({spec.env_id!r})", e))
-      return None
+      error = _error_text(f"gymnasium.make({spec.env_id!r})", e)
+      return _EnvCall.later(lambda: self._send_dropped(spec, error))
     ep = _Episode(spec, env, "", {}, awaiting=_ENV)
     # Held from now on, so that a second spec of the same id in this run of calls is refused too.
     self.episodes[spec.episode_id] = ep
@@ -371,12 +376,12 @@ class Actor:
                        f"{message.step}, but that episode waits for {waiting}")
     return ep
 
-  def _step_call(self, response: Response) -> Optional[_EnvCall]:
+  def _step_call(self, response: Response) -> _EnvCall:
     ep = self.episodes.get(response.episode_id)
     if ep is not None and ep.awaiting == _FINAL:
       self._waiting(response, _FINAL)
-      self._finish(ep, response)
-      return None
+      ep.awaiting = _ENV  # answered: a second final response in this run of calls is refused
+      return _EnvCall.later(lambda: self._finish(ep, response))
     ep = self._waiting(response, _RESPONSE)
     # Answered: a second response to this step in the same run of calls is refused.
     ep.awaiting = _ENV

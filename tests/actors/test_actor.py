@@ -385,6 +385,13 @@ def test_a_failing_step_among_concurrent_ones_drops_only_its_episode(tokenizer):
   assert actor.envs.created == created + 3
 
 
+def test_what_a_run_of_messages_sends_follows_their_arrival_order(tokenizer):
+  actor, sent = make_actor(tokenizer, envs_per_actor=3, env_threads=3)
+  actor.handle_all([_concurrent_spec(0), spec(1, "explore_jax/NoSuchEnv-v0"), _concurrent_spec(2)])
+  assert [(type(m).__name__, m.spec.episode_id if isinstance(m, EpisodeResult) else m.episode_id)
+          for m in sent] == [("PromptRequest", 0), ("EpisodeResult", 1), ("PromptRequest", 2)]
+
+
 def test_a_second_spec_or_response_in_one_run_of_messages_is_refused(tokenizer):
   actor, sent = make_actor(tokenizer, envs_per_actor=2, env_threads=2)
   with pytest.raises(ValueError, match="already running"):
