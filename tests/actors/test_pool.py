@@ -323,6 +323,22 @@ def test_too_many_restarts_raise_and_the_next_run_starts_afresh(pool, tokenizer)
     check_against_replay(result, tokenizer)
 
 
+def test_a_world_whose_steps_go_out_at_once_plays_the_same_episodes(pool, tokenizer):
+  # The pool's actors keep envs_per_actor threads (env_threads 0); this world lets them step at once.
+  specs = make_specs(8)
+  at_once = make_specs(8, env_id=actor_fixtures.CONCURRENT_ENV)
+  pool.batch_wait_s = float("inf")  # lock-step rounds: each actor gets its three responses together
+  try:
+    serial, _ = pool.run(specs, ScriptedPolicy(tokenizer, specs))
+    results, metrics = pool.run(at_once, ScriptedPolicy(tokenizer, at_once))
+  finally:
+    pool.batch_wait_s = 0.0
+  assert metrics["episodes_dropped"] == 0 and metrics["max_batch_size"] == 6
+  for result in results:
+    check_against_replay(result, tokenizer)
+  assert [c[1:] for c in content(results)] == [c[1:] for c in content(serial)]
+
+
 def test_the_pool_checks_its_arguments_and_the_policy(pool, tokenizer):
   with pytest.raises(ValueError, match="unique"):
     pool.run(make_specs(2) + make_specs(1), ScriptedPolicy(tokenizer, []))
@@ -334,6 +350,8 @@ def test_the_pool_checks_its_arguments_and_the_policy(pool, tokenizer):
     ActorPool(num_actors=1, tokenizer_dir="/no/such/dir", prompt_hook=actor_fixtures.prompt)
   with pytest.raises(ValueError, match="envs_per_actor"):
     ActorPool(num_actors=1, tokenizer_dir=TINY, prompt_hook=actor_fixtures.prompt, envs_per_actor=0)
+  with pytest.raises(ValueError, match="env_threads"):
+    ActorPool(num_actors=1, tokenizer_dir=TINY, prompt_hook=actor_fixtures.prompt, env_threads=-1)
   # After a failed run the same actors serve again: they dropped its episodes when told to.
   results, _ = pool.run(specs, ScriptedPolicy(tokenizer, specs))
   assert pool.actor_pids() == pids and [r.error for r in results] == [None, None]
