@@ -76,7 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.top_p = 1.0
   c.rollout.episode_timeout_s = 120.0
   c.rollout.env_threads = 0        # resets and steps an actor makes at once (threads) in worlds whose instances
-                                   # are processes of their own (ALFWorld); 0: envs_per_actor, 1: one at a time.
+                                   # are processes of their own (ALFWorld, the JVM worlds); 0: envs_per_actor, 1: one at a time.
                                    # The episodes are the same either way
   c.rollout.kept_env_settings = 1  # each actor keeps idle environments of this many settings (env kwargs),
                                    # envs_per_actor of each; 2: training's and evaluation's, so that an evaluation

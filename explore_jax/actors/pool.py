@@ -210,7 +210,7 @@ class ActorPool:
       envs_per_actor of each (2: training's and evaluation's; an evaluation then starts no environment again,
       for twice the idle environments' memory).
     env_threads: how many resets and steps an actor makes at once, on threads, for environments that declare
-      their instances independent (actors/actor.py; ALFWorld); 0: envs_per_actor, 1: one after another. The
+      their instances independent (actors/actor.py; ALFWorld, ScienceWorld, TWX); 0: envs_per_actor, 1: one after another. The
       episodes do not change.
     max_prompt_tokens: longer prompts keep their last this-many tokens (counted in the metrics).
     request_timeout_s: an actor whose request waits longer than this for its answer takes the learner for

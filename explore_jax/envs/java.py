@@ -242,6 +242,8 @@ class JavaTextEnv(TextEnv):
   its `_prepare` sets `self.split_games`, the split's game ids."""
 
   response_format = 'Reply with exactly one action on one line, e.g. "look around".'
+  # Each instance drives a JVM of its own: an actor may reset and step several at once.
+  metadata = {**TextEnv.metadata, "concurrent_instances": True}
 
   def __init__(self, world: JavaWorld, split: str, max_steps: int, render_mode: str | None):
     if split not in SPLITS:

@@ -2,7 +2,6 @@
 admissible actions, parallel copies, instances stepped at once, official-layout games (data_dir and ALFWORLD_DATA), concurrent
 generation, a killed game process, the game process's memoization, lazy imports."""
 
-import concurrent.futures
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from explore_jax.envs.alfworld import generate
 from explore_jax.envs.alfworld.env import ALFWorldEnv, ALFWorldError, GameProcess
 from explore_jax.envs.alfworld.generate import (HELD_IN_ROOMS, HELD_OUT_ROOMS, SPLITS,
                                                 TASK_TYPES)
+from tests.envs.concurrent_play import assert_played_alike_at_once
 
 
 @pytest.fixture(scope="module")
@@ -300,25 +300,14 @@ def test_parallel_copies_start_identical_and_stay_identical_under_equal_actions(
 
 
 def test_instances_stepped_from_threads_at_once_play_as_one_after_another(env, cache):
-  # What an actor does with a round's steps (actors/actor.py): ALFWorld declares its instances independent.
   assert gymnasium.make("explore_jax/ALFWorld-v0", data_dir="generated", cache_dir=cache,
-                        num_games=6).metadata["concurrent_instances"]
+                        num_games=6).metadata["concurrent_instances"]  # seen through gymnasium's wrappers too
   envs = [env] + [ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, admissible=True,
                               num_games=6) for _ in range(2)]
   try:
-    def play(pool):
-      call = (lambda f, items: list(pool.map(f, items))) if pool else (lambda f, items: [f(x) for x in items])
-      seen = [[o] for o, _ in call(lambda e: e.reset(options={"task_index": envs.index(e) + 3}), envs)]
-      live = list(range(len(envs)))
-      while live:
-        steps = call(lambda i: envs[i].step(envs[i].oracle_action()), live)
-        for i, (observation, reward, terminated, truncated, info) in zip(live, steps):
-          seen[i].append((observation, reward, info["state_key"]))
-        live = [i for i, s in zip(live, steps) if not (s[2] or s[3])]
-      return seen
-    with concurrent.futures.ThreadPoolExecutor(len(envs)) as pool:
-      at_once = play(pool)
-    assert at_once == play(None) and all(s[-1][1] == 1.0 for s in at_once)
+    trails = assert_played_alike_at_once(envs, [{"options": {"task_index": i + 3}} for i in range(3)],
+                                         lambda e, info: e.oracle_action())
+    assert all(trail[-1][1] == 1.0 for trail in trails)
   finally:
     for other in envs[1:]:
       other.close()

@@ -1,5 +1,6 @@
 """ScienceWorld-v0: gold paths, seeded variations and splits, admissible actions only when asked,
-the grammar, inputs the world ignores, failure, parallel copies, a JVM killed mid-episode."""
+the grammar, inputs the world ignores, failure, parallel copies, instances stepped at once, a JVM killed
+mid-episode."""
 
 import os
 import signal
@@ -9,6 +10,7 @@ import pytest
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
 from explore_jax.envs.java import JavaWorldError
 from explore_jax.envs.scienceworld import NO_MATCH, TASKS, ScienceWorldEnv, resolve_task
+from tests.envs.concurrent_play import assert_played_alike_at_once
 
 # Tasks whose gold paths are short and cheap to generate (a JVM starts in ~2 s of CPU).
 FIND = "find-non-living-thing"
@@ -179,3 +181,15 @@ def test_a_killed_jvm_fails_the_step_clearly_and_the_next_reset_restarts_it(envs
   observation, info = env.reset(seed=5)
   assert observation == first and info["task_id"] == f"{FIND}:5" and env.java.pid != process.pid
   assert oracle_demonstrations(env, [5])[0].success
+
+
+def test_instances_stepped_from_threads_at_once_play_as_one_after_another(envs):
+  # Each instance has its JVM: an actor may step several at once (actors/actor.py).
+  others = [ScienceWorldEnv(task=FIND) for _ in range(2)]
+  try:
+    trails = assert_played_alike_at_once([envs(), *others], [{"seed": seed} for seed in (0, 1, 2)],
+                                         lambda e, info: e.oracle_action())
+    assert all(len(trail) > 2 for trail in trails)
+  finally:
+    for other in others:
+      other.close()

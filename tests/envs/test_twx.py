@@ -1,5 +1,5 @@
 """TextWorld-Express-v0 (and the Java worlds' shared part): gold paths, seeds, the grammar, refused
-actions, state keys, parallel copies, a JVM killed mid-episode, lazy imports."""
+actions, state keys, parallel copies, instances stepped at once, a JVM killed mid-episode, lazy imports."""
 
 import collections
 import os
@@ -16,6 +16,7 @@ from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
 from explore_jax.envs.base import world_text
 from explore_jax.envs.java import JavaWorldError, jvm_options
 from explore_jax.envs.twx import GAMES, TextWorldExpressEnv
+from tests.envs.concurrent_play import assert_played_alike_at_once
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +291,18 @@ def test_importing_the_envs_package_loads_no_java_world_and_no_jax():
           f"print([m for m in {heavy!r} if m in sys.modules])")
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert result.stdout.strip() == "[]"
+
+
+def test_instances_stepped_from_threads_at_once_play_as_one_after_another(coin):
+  # Each instance has its JVM: an actor may step several at once (actors/actor.py).
+  # The actions are a fixed pick of the listed ones, not the gold path: the world's gold path for a game
+  # depends on what its JVM generated before (a second reset of seed 6 in one JVM gave another path to the
+  # same coin), while its answers to the same actions do not.
+  envs = [coin] + [TextWorldExpressEnv(game="coin") for _ in range(2)]
+  pick = lambda env, info: sorted(info["admissible_actions"])[3 * info["step"] % len(info["admissible_actions"])]
+  try:
+    trails = assert_played_alike_at_once(envs, [{"seed": seed} for seed in (5, 6, 7)], pick)
+    assert all(len(trail) > 3 for trail in trails)
+  finally:
+    for other in envs[1:]:
+      other.close()
