@@ -11,8 +11,9 @@ asks for the next action or finishes the episode. While one episode waits for th
 reset, step and ask. The learner answers a round's requests together, so they arrive together: the
 resets and steps of such a run of messages go out at once, on `env_threads` threads, to environments
 that declare their instances independent (`metadata["concurrent_instances"]`: each holds its own game
-process, as ALFWorld's do, or its own JVM, as ScienceWorld's and TextWorld-Express's), and everything else (prompts, records, messages out) follows in arrival
-order, so the episodes and what the learner hears are those of one call after another.
+process, as ALFWorld's do, or its own JVM, as ScienceWorld's and TextWorld-Express's), and everything
+else (prompts, records, messages out) follows in arrival order, so the episodes and what the learner
+hears are those of one call after another.
 
 Asking is one or two round trips: when the prompt hook has `embedding_texts`, the actor first asks for
 their embeddings and builds the prompt once they arrive. Finishing is one more when the hook has a
