@@ -64,6 +64,9 @@ class ParallelCopies(TextEnv):
     super().__init__(max_steps=self.copies[0].max_steps if max_steps is None else max_steps,
                      render_mode=render_mode)
     self.num_copies = num_copies
+    # Copies of a world whose instances are independent make independent instances of this one too.
+    self.metadata = {**self.metadata, "concurrent_instances": all(
+        copy.metadata.get("concurrent_instances", False) for copy in self.copies)}
     self.observation_space = text_space(num_copies * (MAX_TEXT_LENGTH + 32))
     self.response_format = (
         'Reply "<think>...</think><parallel><env_1>action</env_1>...</parallel>", naming the '

@@ -294,6 +294,7 @@ def test_parallel_copies_start_identical_and_stay_identical_under_equal_actions(
     assert all(d.success for d in oracle_demonstrations(env, [0, 1]))
     processes = [copy.game.process for copy in env.copies]
     assert len({p.pid for p in processes}) == 2
+    assert env.metadata["concurrent_instances"]  # an actor may step several such envs at once
   finally:
     env.close()
   assert all(process.poll() is not None for process in processes)  # closing stops them

@@ -157,6 +157,7 @@ def test_gymnasium_make_and_check_env():
                        env_kwargs=dict(num_rooms=3))
   assert env.reset(seed=0)[1]["copy_admissible_actions"][0] == KeyDoorEnv(num_rooms=3).reset(
       seed=0)[1]["admissible_actions"]
+  assert not env.metadata["concurrent_instances"]  # KeyDoor does not declare it (ALFWorld's copies do)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     check_env(env.unwrapped)
