@@ -137,6 +137,10 @@ class TextEnv(gymnasium.Env, abc.ABC):
   Subclasses implement `_reset_task`, `raw_observation`, `parse_action` and `_apply`, and may
   override `admissible_actions`, `_feedback`, `_observation` and `_extra_info`. The class
   attribute `response_format` is a sentence telling the model what a response must look like.
+  A world whose instances share no state (each its own process or JVM) and whose answers do not
+  depend on how busy the machine is adds `"concurrent_instances": True` to its `metadata`: an
+  actor then resets and steps several of them at once (actors/actor.py). The coding world does
+  not: its verdicts hold a wall-clock time limit.
   """
 
   metadata = {"render_modes": ["ansi"], "render_fps": 1}  # a frame rate only to quiet check_env
