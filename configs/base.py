@@ -149,6 +149,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.sft.oracle_seed_offset = 20_000_000
   c.sft.steps = 200
   c.sft.batch_size = 32
+  c.sft.micro_batch_size = 0     # rows per gradient pass (0: the whole batch); less memory, other float sums
   c.sft.learning_rate = 1e-3
   c.sft.seed = 0                 # the warm start's own seed: runs with different `seed`s share one warm start
   c.sft.checkpoint_every = 50    # a long warm start saves its progress this often, and a killed one goes on

@@ -504,6 +504,8 @@ WARM_START_FIELDS = (("model", "checkpoint"), ("model", "lora"), ("sft",), ("env
                      ("action_history",))
 # ... but not how often the SFT saves its progress, which changes nothing in its result.
 NOT_WARM_START_FIELDS = (("sft", "checkpoint_every"),)
+# ... and fields whose default the warm start's key leaves out (configs written before they existed lack them).
+DEFAULT_WARM_START_FIELDS = ((("sft", "micro_batch_size"), 0),)
 
 
 def warm_start_args(run: Run) -> tuple[str, ...]:
@@ -525,11 +527,11 @@ def warm_start_inputs(workdir: str) -> str | None:
       config = json.load(f)
   except (OSError, ValueError):
     return None
-  for *parents, key in NOT_WARM_START_FIELDS:
+  for (*parents, key), default in [(f, None) for f in NOT_WARM_START_FIELDS] + list(DEFAULT_WARM_START_FIELDS):
     parent = config
     for p in parents:
       parent = parent.get(p) if isinstance(parent, dict) else None
-    if isinstance(parent, dict):
+    if isinstance(parent, dict) and (default is None or parent.get(key) == default):
       parent.pop(key, None)
   values = []
   for path in WARM_START_FIELDS:

@@ -118,13 +118,16 @@ class BuildContext:
 class SFTRequest:
   """SFT on the policy's own parameters: `steps` optimizer steps of next-token loss on `demonstrations`
   ({"messages": [...], "response": "..."} each, with "images" for image prompts, as in train/sft_data.py), batches of `batch_size` drawn
-  with `seed`, under a fresh AdamW at `learning_rate` (the RL optimizer's moments are kept)."""
+  with `seed`, under a fresh AdamW at `learning_rate` (the RL optimizer's moments are kept). A batch's gradient
+  is taken in passes of `micro_batch_size` rows (0: the whole batch at once): the same step up to the order of
+  float sums, in a fraction of the activation memory."""
   demonstrations: tuple[dict[str, Any], ...]
   steps: int
   batch_size: int
   learning_rate: float
   seed: int = 0
   label: str = "sft"
+  micro_batch_size: int = 0
 
 
 class Method:

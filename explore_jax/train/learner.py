@@ -48,12 +48,18 @@ PROMPT_BUCKET = 64
 STEP_WEIGHT_FIELD = "step_weight"
 
 
+def micro_batch_count(size: int, micro: int, names: tuple[str, str]) -> int:
+  """How many micro-batches of `micro` rows a batch of `size` rows is taken in (micro 0: one, the whole batch);
+  an error names the two settings (`names`: the micro-batch's, the batch's) when `micro` does not divide it."""
+  if micro < 0 or (micro and size % micro):
+    raise ValueError(f"{names[0]} must divide {names[1]} ({size}) or be 0 (the whole batch); got {micro}")
+  return size // micro if micro else 1
+
+
 def micro_batch_size(rl: Any) -> int:
   """`rl.micro_batch_size`, checked: 0 (the whole minibatch) or a divisor of `rl.minibatch_size`."""
-  size, micro = int(rl.minibatch_size), int(rl.get("micro_batch_size", 0) or 0)
-  if micro < 0 or (micro and size % micro):
-    raise ValueError(f"config.rl.micro_batch_size must divide config.rl.minibatch_size ({size}) or be 0 (the "
-                     f"whole minibatch); got {micro}")
+  micro = int(rl.get("micro_batch_size", 0) or 0)
+  micro_batch_count(int(rl.minibatch_size), micro, ("config.rl.micro_batch_size", "config.rl.minibatch_size"))
   return micro
 
 
@@ -288,10 +294,12 @@ def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, pro
   if "images" in arrays:  # and the multimodal positions of what is left
     arrays.update(sft.image_fields(model.config, arrays["tokens"], arrays["attention_mask"], arrays["images"],
                                    arrays["image_count"]))
+  micro_batches = micro_batch_count(request.batch_size, request.micro_batch_size,
+                                    (f"SFT request {request.label!r}: micro_batch_size", "its batch_size"))
   opt = state_lib.make_optimizer(request.learning_rate, max_grad_norm=1.0)
   sh = state_lib.state_shardings(model, opt, model.mesh, model.rules, lora)
   st = state_lib.create_train_state(params, opt, sh)
-  step = sft.make_train_step(model, opt, sh, lora=lora, base=base)
+  step = sft.make_train_step(model, opt, sh, lora=lora, base=base, micro_batches=micro_batches)
   rng = np.random.default_rng([request.seed, SFT_STREAM])
 
   def draw():

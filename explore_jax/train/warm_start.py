@@ -46,7 +46,9 @@ def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_l
   changes nothing in its result, so it is not part of the key."""
   lora = lora_lib.from_config(config.model.get("lora"))
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
-  sft = {k: v for k, v in config.sft.to_dict().items() if k != "checkpoint_every"}
+  # Micro-batches change the float sums, so the bits: keyed where set (0, the whole batch, keeps the old keys).
+  sft = {k: v for k, v in config.sft.to_dict().items()
+         if k != "checkpoint_every" and not (k == "micro_batch_size" and not v)}
   return config_hash(checkpoint_identity(checkpoint_dir), sft, config.env.to_dict(), prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
                      *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
@@ -60,6 +62,7 @@ def request(config: Any, prompt_hook: Callable) -> SFTRequest:
                                      range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes),
                                      prompt_hook))
   return SFTRequest(demonstrations=tuple(demos), steps=c.steps, batch_size=c.batch_size,
+                    micro_batch_size=c.get("micro_batch_size", 0),
                     learning_rate=c.learning_rate, seed=c.seed, label="sft")
 
 

@@ -639,9 +639,9 @@ def test_arms_whose_sft_inputs_differ_start_other_warm_starts_without_a_mismatch
   assert digests == {"a": "m1-ws0", "c": "m1-ws0-sft7"}
 
 
-def test_warm_start_inputs_ignore_how_often_the_sft_saves(tmp_path):
-  """A run made before `sft.checkpoint_every` existed and one made after, with the same SFT otherwise, compute
-  the same warm start; a run with other SFT steps does not."""
+def test_warm_start_inputs_ignore_how_often_the_sft_saves_and_default_micro_batches(tmp_path):
+  """A run made before `sft.checkpoint_every` and `sft.micro_batch_size` existed and one made after, with the same
+  SFT otherwise, compute the same warm start; a run with other SFT steps, or in micro-batches, does not."""
   def inputs(name, sft):
     os.makedirs(tmp_path / name)
     (tmp_path / name / "config.json").write_text(json.dumps({"sft": sft, "env": {"id": "x"}}))
@@ -650,6 +650,8 @@ def test_warm_start_inputs_ignore_how_often_the_sft_saves(tmp_path):
   before = inputs("before", {"steps": 600, "seed": 1})
   assert inputs("after", {"steps": 600, "seed": 1, "checkpoint_every": 50}) == before
   assert inputs("other", {"steps": 150, "seed": 1, "checkpoint_every": 50}) != before
+  assert inputs("whole", {"steps": 600, "seed": 1, "checkpoint_every": 50, "micro_batch_size": 0}) == before
+  assert inputs("micro", {"steps": 600, "seed": 1, "checkpoint_every": 50, "micro_batch_size": 8}) != before
 
 
 def test_carried_warm_starts_travel_with_the_record_to_a_fresh_clone_on_another_machine(tmp_path):

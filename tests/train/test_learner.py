@@ -325,6 +325,34 @@ def test_a_killed_finetune_goes_on_from_its_last_save_to_the_same_params(parts, 
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_an_sft_request_in_micro_batches_makes_the_whole_batchs_steps(parts, monkeypatch):
+  """SFTRequest.micro_batch_size (config.sft.micro_batch_size for the warm start): each batch's gradient summed
+  over passes of that many rows gives the whole batch's steps, up to float sums; a size that does not divide
+  the batch is an error naming it."""
+  from explore_jax.train import learner as learner_lib, sft
+
+  passes, make_step = [], sft.make_train_step
+  monkeypatch.setattr(learner_lib.sft, "make_train_step",
+                      lambda *a, **kw: passes.append(kw.get("micro_batches", 1)) or make_step(*a, **kw))
+  finetune = learner_lib.finetune
+  args = (parts.model, parts.learner.initial_params)
+  tail = (parts.tokenizer, parts.server.prompt_len, parts.server.response_len)
+  out = {micro: finetune(*args, SFTRequest(demonstrations=DEMOS, steps=4, batch_size=8, learning_rate=1e-3, seed=1,
+                                           micro_batch_size=micro), *tail) for micro in (0, 4)}
+  assert passes == [1, 2]  # 8 rows in passes of 4
+  (whole, whole_losses), (micro, micro_losses) = out[0], out[4]
+  np.testing.assert_allclose(micro_losses, whole_losses, rtol=2e-5)
+  assert whole_losses[-1] < whole_losses[0]
+  # Adam moves a parameter of near-zero gradient by about the learning rate whatever the gradient's float noise,
+  # so a few elements may part: the two runs' parameters differ by under 1% of how far training moved them.
+  flat = lambda tree: np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(tree)])
+  moved = np.linalg.norm(flat(whole) - flat(parts.learner.initial_params))
+  assert moved > 0 and np.linalg.norm(flat(micro) - flat(whole)) < 0.01 * moved
+  with pytest.raises(ValueError, match=r"SFT request 'sft': micro_batch_size must divide its batch_size \(8\)"):
+    finetune(*args, SFTRequest(demonstrations=DEMOS, steps=1, batch_size=8, learning_rate=1e-3,
+                               micro_batch_size=3), *tail)
+
+
 # ---- 6. method arrays in the orbax checkpoint -----------------------------------------------------------
 
 class _ArrayMemory(Method):

@@ -122,7 +122,7 @@ def test_metrics_writer_of_a_secondary_process_keeps_history_and_writes_nothing(
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
 
 
-def test_the_warm_start_key_follows_the_history_the_prompts_show_not_how_often_it_saves():
+def test_the_warm_start_key_follows_the_history_the_prompts_show_and_micro_batches_not_how_often_it_saves():
   from configs import grpo_keydoor
   from explore_jax.train.warm_start import warm_start_key
 
@@ -133,6 +133,12 @@ def test_the_warm_start_key_follows_the_history_the_prompts_show_not_how_often_i
   assert warm_start_key(c, "/ckpt", 128, 16) == key  # unset or 0: the key of the warm starts made before
   c.sft.checkpoint_every = 7
   assert warm_start_key(c, "/ckpt", 128, 16) == key  # how often the SFT saves changes nothing in its result
+  c.sft.micro_batch_size = 0
+  assert warm_start_key(c, "/ckpt", 128, 16) == key  # the whole batch at once: the warm starts made before
+  c.sft.micro_batch_size = 8
+  micro = warm_start_key(c, "/ckpt", 128, 16)
+  assert micro != key  # micro-batches sum the gradient in another order: other bits
+  c.sft.micro_batch_size = 0
   c.action_history = 4
   with_actions = warm_start_key(c, "/ckpt", 128, 16)
   c.history_steps = 1
