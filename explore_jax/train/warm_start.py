@@ -42,11 +42,11 @@ def checkpoint_identity(checkpoint_dir: str) -> str:
 def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
   """What determines the warm start: the checkpoint (checkpoint_identity), the SFT options and data, the prompt
   layout (with the history the prompts show), and with LoRA its adapters' shape and seed (these last parts only
-  where set, so the keys of existing warm starts stay what they were). How often the SFT saves its progress
-  changes nothing in its result, so it is not part of the key."""
+  where set, so the keys of existing warm starts stay what they were; so is `sft.micro_batch_size`, which sums
+  the gradient in another order). How often the SFT saves its progress changes nothing in its result, so it is
+  not part of the key."""
   lora = lora_lib.from_config(config.model.get("lora"))
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
-  # Micro-batches change the float sums, so the bits: keyed where set (0, the whole batch, keeps the old keys).
   sft = {k: v for k, v in config.sft.to_dict().items()
          if k != "checkpoint_every" and not (k == "micro_batch_size" and not v)}
   return config_hash(checkpoint_identity(checkpoint_dir), sft, config.env.to_dict(), prompt_len, response_len,
