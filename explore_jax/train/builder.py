@@ -142,8 +142,10 @@ def build(config: Any, workdir: str) -> Parts:
   return Parts(config=config, workdir=workdir, checkpoint_dir=checkpoint_dir, tokenizer=tokenizer, model=model,
                method=method, spec=spec, server=server, learner=learner,
                evaluator=Evaluator(config, server, eval_sampling, key), train_sampling=train_sampling,
-               checkpointer=checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
-                                                    max_to_keep=config.checkpoint.max_to_keep),
+               checkpointer=checkpoint.Checkpointer(
+                   os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
+                   # the KL term's reference is the policy RL started from: step 0 outlives the rotation
+                   keep_steps=(0,) if learner.reference_logprobs is not None else ()),
                key=key, image_layout=layout)
 
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy
 
 from explore_jax import storage
 
@@ -101,6 +102,8 @@ class Checkpointer:
     directory: where step directories go; a relative path is made absolute (orbax needs that) and
       the directory is created. A bucket path (gs://BUCKET/...) is used as it is; its bucket must exist.
     max_to_keep: newest steps kept; older ones are deleted after each save. None keeps all.
+    keep_steps: steps never deleted for `max_to_keep`, besides the newest (e.g. 0, the policy a run started
+      from, which its KL term needs on every resume).
     save_interval_steps: `save` skips steps that are not a multiple of this unless `force=True`;
       the first save into an empty directory always happens (orbax's initial-save rule).
     async_save: if True, `save` returns once arrays are copied to host and writes in the background;
@@ -111,11 +114,17 @@ class Checkpointer:
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: Optional[int] = 3,
-               save_interval_steps: int = 1, async_save: bool = False, cleanup_tmp: bool = False):
+               keep_steps: Sequence[int] = (), save_interval_steps: int = 1, async_save: bool = False,
+               cleanup_tmp: bool = False):
     self.directory = storage.resolve(directory)
     storage.makedirs(self.directory)
+    # orbax takes either max_to_keep or a preservation policy; the policy says both at once.
+    keep = dict(max_to_keep=max_to_keep) if not keep_steps else dict(
+        preservation_policy=preservation_policy.AnyPreservationPolicy([
+            preservation_policy.LatestN(max_to_keep),
+            preservation_policy.CustomSteps([int(step) for step in keep_steps])]))
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep,
+        **keep,
         save_interval_steps=save_interval_steps,
         enable_async_checkpointing=async_save,
         cleanup_tmp_directories=cleanup_tmp,

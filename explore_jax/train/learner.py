@@ -86,8 +86,9 @@ class Learner:
     self.micro_batch_size = micro_batch_size(config.rl)
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
                                 base=self.base_params,
-                                micro_batches=config.rl.minibatch_size // self.micro_batch_size
-                                if self.micro_batch_size else 1)
+                                micro_batches=micro_batch_count(config.rl.minibatch_size, self.micro_batch_size,
+                                                                ("config.rl.micro_batch_size",
+                                                                 "config.rl.minibatch_size")))
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None

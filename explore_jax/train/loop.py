@@ -178,9 +178,18 @@ def restore_or_init(parts: Parts) -> int:
   learner.load_checkpoint_tree(restored.state)
   parts.method.load_state_dict((restored.metadata or {}).get("method", {}))
   if learner.reference_logprobs is not None:  # the KL term is measured against the policy RL started from
-    learner.reference_params = load_params(parts, 0)
+    learner.reference_params = reference_params(parts)
   print(f"[resume] from iteration {latest} in {parts.checkpointer.directory}")
   return latest
+
+
+def reference_params(parts: Parts) -> Any:
+  """The policy RL started from: step 0 of this run, or, where step 0 is gone (a run saved before the KL runs
+  kept it), the warm start again, which is what step 0 held (cached; recomputed to the same params if not)."""
+  if 0 in parts.checkpointer.all_steps():
+    return load_params(parts, 0)
+  print(f"[resume] step 0 is not in {parts.checkpointer.directory}; the KL reference is the warm start again")
+  return parts.warm_start_params()
 
 
 def load_params(parts: Parts, step: Optional[int] = None) -> Any:

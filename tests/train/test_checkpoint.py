@@ -101,6 +101,17 @@ def test_max_to_keep_keeps_newest(tmp_path):
     assert_trees_equal(reopened.restore(abstract_like(make_state()), step=4).state, make_state(4))
 
 
+def test_keep_steps_outlive_max_to_keep(tmp_path):
+  with Checkpointer(tmp_path, max_to_keep=2, keep_steps=(0,)) as ckpt:
+    for step in range(0, 6):
+      ckpt.save(step, make_state(step + 1))
+    assert ckpt.all_steps() == [0, 4, 5]
+  with Checkpointer(tmp_path, max_to_keep=2, keep_steps=(0,)) as reopened:
+    reopened.save(6, make_state(7))
+    assert reopened.all_steps() == [0, 5, 6]
+    assert_trees_equal(reopened.restore(abstract_like(make_state()), step=0).state, make_state(1))
+
+
 def test_save_interval_and_force(tmp_path):
   with Checkpointer(tmp_path, save_interval_steps=2) as ckpt:
     assert ckpt.save(1, make_state())  # off the interval, but the first save always happens

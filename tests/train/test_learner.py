@@ -400,6 +400,50 @@ def test_method_arrays_and_json_state_survive_a_restart(tmp_path):
   assert step0.metadata["method"] == {"notes": []}
 
 
+def _host(tree):
+  return jax.tree.map(lambda x: np.asarray(x, np.float32), tree)
+
+
+def _assert_trees_equal(a, b):
+  for x, y in zip(jax.tree.leaves(_host(a)), jax.tree.leaves(_host(b)), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_a_kl_run_keeps_its_reference_policy_through_checkpoint_rotation(tmp_path, capsys):
+  """The KL term's reference is the policy RL started from (step 0): it outlives checkpoint.max_to_keep, so a
+  resumed run measures KL against it and not against a later policy; a run whose step 0 is gone (saved before
+  step 0 was kept) takes the warm start again, which is what step 0 held."""
+  c = _config()
+  c.rl.loss.kl_coef, c.checkpoint.max_to_keep = 0.05, 1
+  first = build(c, str(tmp_path))
+  assert loop.restore_or_init(first) == 0
+  start = _host(first.learner.state.params)
+  for step in (1, 2, 3):  # stand-ins for updates: each saved policy differs from the start
+    first.learner.state = first.learner.state.replace(
+        params=jax.tree.map(lambda x: x * (1 + 0.25 * step), first.learner.state.params))
+    loop.save(first, step)
+  assert first.checkpointer.all_steps() == [0, 3]
+
+  again = build(c, str(tmp_path))
+  assert loop.restore_or_init(again) == 3
+  _assert_trees_equal(again.learner.reference_params, start)
+  _assert_trees_equal(again.learner.state.params, first.learner.state.params)
+
+  again.checkpointer.delete(0)
+  capsys.readouterr()
+  third = build(c, str(tmp_path))
+  assert loop.restore_or_init(third) == 3
+  assert "the KL reference is the warm start again" in capsys.readouterr().out
+  _assert_trees_equal(third.learner.reference_params, start)  # sft is off here: the warm start is the init
+
+  c.rl.loss.kl_coef = 0.0  # without a KL term step 0 rotates away like any other
+  no_kl = build(c, str(tmp_path / "no_kl"))
+  assert loop.restore_or_init(no_kl) == 0 and no_kl.learner.reference_params is None
+  for step in (1, 2):
+    loop.save(no_kl, step)
+  assert no_kl.checkpointer.all_steps() == [2]
+
+
 # ---- 7. visitation depths -------------------------------------------------------------------------------
 
 def test_visitation_depths_count_earlier_visits_per_trajectory(parts):
