@@ -2,12 +2,14 @@
 admissible actions, parallel copies, instances stepped at once, official-layout games (data_dir and ALFWORLD_DATA), concurrent
 generation, a killed game process, the game process's memoization, lazy imports."""
 
+import concurrent.futures
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import gymnasium
@@ -413,6 +415,31 @@ def test_concurrent_generation_writes_each_game_once_and_whole(tmp_path):
     assert game["solvable"] and game["walkthrough"]
   leftovers = [n for _, dirs, files in os.walk(root) for n in dirs + files if n.startswith(".tmp")]
   assert leftovers == []
+
+
+def test_a_new_game_reset_by_a_group_at_once_is_planned_once(tmp_path):
+  """A group's environments reset to the same new game together: one of them plans it, the others wait for
+  its copy (without the lock each of them planned it: the fake planner below overlaps them)."""
+  spec = generate.game_spec("valid_unseen", "pick_and_place_simple", 0)
+  root = generate.generated_root(str(tmp_path))
+
+  class SlowPlanner:
+    calls = 0
+
+    def walkthrough(self, game):
+      assert game == spec
+      SlowPlanner.calls += 1
+      time.sleep(0.5)
+      return ["a plan"]
+
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    paths = list(pool.map(lambda _: generate.write_game(root, spec, SlowPlanner()), range(4)))
+  assert SlowPlanner.calls == 1
+  assert len(set(paths)) == 1 and sorted(os.listdir(os.path.dirname(paths[0]))) == [
+      "game.tw-pddl", "initial_state.pddl", "traj_data.json"]
+  with open(paths[0]) as f:
+    assert json.load(f)["walkthrough"] == ["a plan"]
+  assert generate.write_game(root, spec, SlowPlanner()) == paths[0] and SlowPlanner.calls == 1
 
 
 def test_a_killed_game_process_fails_the_step_clearly_and_the_next_reset_restarts_it(env):

@@ -55,9 +55,10 @@ pddl_params as ALFWorld's handcoded expert reads them, scene, the goal sentence 
 turk_annotations, and a "generator" entry). `write_game` checks every game before writing it: the
 planner (ALFWorld's planner expert: fast-downward through textworld's PDDL backend) must find a
 plan, on the game pruned of what no plan needs (`Solver.walkthrough`), whose replay on the game
-wins; that plan is the walkthrough. A game is written to a temporary folder and renamed into place,
-so actor processes generating the same game at once all end up reading one complete copy and never
-see half of one; a generated game is cached under `cache_root()` (EXPLORE_JAX_CACHE or
+wins; that plan is the walkthrough. One process at a time checks a game (a lock file beside it): the
+processes of a group, resetting to the same new game at once, wait for the first one's copy instead
+of each planning it again. A game is written to a temporary folder and renamed into place, so no
+reader ever sees half of one; a generated game is cached under `cache_root()` (EXPLORE_JAX_CACHE or
 ~/.cache/explore_jax) + alfworld/<GENERATOR_VERSION>, which is itself an ALFWORLD_DATA-style root.
 
 `python -m explore_jax.envs.alfworld.generate --split train --num-games 60` fills the cache ahead
@@ -75,8 +76,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import importlib
@@ -87,7 +90,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from explore_jax import cache
 
@@ -681,29 +684,47 @@ def game_dir(root: str, spec: GameSpec) -> str:
   return os.path.join(root, DATA_FOLDER, *spec.relative_path.split("/"))
 
 
+@contextlib.contextmanager
+def _generating(target: str) -> Iterator[None]:
+  """Held while one process checks and writes the game `target`: the game's group-mates (processes resetting
+  to the same new game at once) wait for its copy instead of each planning it again. An flock, so a holder
+  that dies releases it; the small lock file stays beside the game."""
+  fd = os.open(os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock"),
+               os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+
+
 def write_game(root: str, spec: GameSpec, solver: Solver | None = None) -> str:
   """Check the game with the planner and write its files under `root` (atomically); returns the
-  game file's path. A game already there is left as it is."""
+  game file's path. A game already there is left as it is; one being written by another process is
+  waited for."""
   target = game_dir(root, spec)
   path = os.path.join(target, GAME_FILE)
   if os.path.isfile(path):
     return path
-  files = game_files(spec, (solver or Solver()).walkthrough(spec))
   parent = os.path.dirname(target)
   os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-  try:
-    for name, text in files.items():
-      with open(os.path.join(tmp, name), "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o755)
+  with _generating(target):
+    if os.path.isfile(path):  # written while this process waited
+      return path
+    files = game_files(spec, (solver or Solver()).walkthrough(spec))
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
     try:
-      os.rename(tmp, target)
-    except OSError:
-      if not os.path.isfile(path):  # not another process's complete copy: a real failure
-        raise
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+      for name, text in files.items():
+        with open(os.path.join(tmp, name), "w") as f:
+          f.write(text)
+      os.chmod(tmp, 0o755)
+      try:
+        os.rename(tmp, target)
+      except OSError:
+        if not os.path.isfile(path):  # not another writer's complete copy: a real failure
+          raise
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
   return path
 
 
