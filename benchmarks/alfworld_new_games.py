@@ -28,7 +28,7 @@ from explore_jax.envs.alfworld.env import ALFWorldEnv  # noqa: E402
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   parser.add_argument("--group", type=int, default=8, help="environments resetting to one game at once")
-  parser.add_argument("--games", type=int, default=4, help="new games, each reset twice by the group")
+  parser.add_argument("--games", type=int, default=4, help="games timed, each of the three ways")
   args = parser.parse_args()
   with tempfile.TemporaryDirectory() as root:
     def make(cache: str) -> ALFWorldEnv:
@@ -47,20 +47,20 @@ def main():
 
         for env in envs:  # start every game process
           env.reset(seed=0)
-        rows = {"a new game, one cache: one process plans it": [],
-                "a new game, a cache per environment: each plans it": [],
-                "a game on disk: each loads it": []}
+        one, each, loaded = [], [], []
         for i in range(1, args.games + 1):
-          rows["a new game, one cache: one process plans it"].append(group_reset(shared, i))
-          rows["a new game, a cache per environment: each plans it"].append(group_reset(own, i))
-          planner.reset(seed=1000 + i)
-          rows["a game on disk: each loads it"].append(group_reset(shared, 1000 + i))
+          one.append(group_reset(shared, i))
+          each.append(group_reset(own, i))
+          planner.reset(seed=1000 + i)  # another game, on disk before the group's reset
+          loaded.append(group_reset(shared, 1000 + i))
     finally:
       for env in envs:
         env.close()
   print(f"| a group of {args.group} resetting at once to | mean s | max s |")
   print("|---|---|---|")
-  for name, times in rows.items():
+  for name, times in (("a new game, one cache: one process plans it", one),
+                      ("a new game, a cache per environment: each plans it", each),
+                      ("a game on disk: each loads it", loaded)):
     print(f"| {name} | {statistics.mean(times):.2f} | {max(times):.2f} |")
   print(f"\n{args.games} games; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
 
