@@ -1,0 +1,115 @@
+"""How an ALFWorld policy fails: a breakdown of the transcripts that launch/eval.py writes (--transcripts=N).
+
+Per episode, how far it got (the first that holds): won; held the task's object but did not put it where the
+task says; took only other objects; saw the task's object and took none; never saw it. Per action kind (go to,
+take, move, open, ...), how many changed nothing (the game answered "Nothing happens.") and how many `go to`s
+named a receptacle the room does not have. An action's answer is the first line of the next step's
+observation, so an episode's last action counts only when it won.
+
+  python launch/eval.py --config=configs/gigpo_alfworld.py --policy=warm_start --splits=held-out --samples=2 \\
+      --transcripts=2 --output=runs/eval-alfworld-ws
+  python launch/alfworld_failures.py runs/eval-alfworld-ws/transcripts-held-out.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import re
+from typing import Any, Iterable, Optional
+
+NOTHING_HAPPENS = "Nothing happens."
+OUTCOMES = ("won", "held the task's object, did not place it", "took only other objects",
+            "saw the task's object, took none", "never saw the task's object")
+_GOAL = re.compile(r"Your task is to: (?:put|clean|heat|cool|examine|look at|find) (?:some |a |an |two )?(\w+)")
+_ROOM = re.compile(r"Looking around the room, you see (.*?)\.(?:\n|$)")
+_ARRIVED = re.compile(r"^(?:You arrive at|You open) ")
+
+
+def task_object(observation: str) -> Optional[str]:
+  """The object type the goal names ("Your task is to: put some mug in ..." -> "mug"), or None."""
+  match = _GOAL.search(observation)
+  return match.group(1) if match else None
+
+
+def room_receptacles(observation: str) -> set[str]:
+  """The receptacles the room lists ("a cabinet 1, a cabinet 2, and a toaster 1" -> {"cabinet 1", ...})."""
+  match = _ROOM.search(observation)
+  if not match:
+    return set()
+  items = re.split(r",\s*(?:and\s+)?|\s+and\s+", match.group(1))
+  return {re.sub(r"^(?:a|an)\s+", "", item.strip()) for item in items if item.strip()}
+
+
+def action_kind(action: str) -> str:
+  words = action.split()
+  if not words:
+    return "(empty)"
+  return " ".join(words[:2]) if words[0] == "go" and len(words) > 1 else words[0]
+
+
+@dataclasses.dataclass
+class Breakdown:
+  episodes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  actions: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  unchanged: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  missing_receptacles: int = 0  # `go to`s naming a receptacle the room does not have
+
+
+def breakdown(episodes: Iterable[dict[str, Any]]) -> Breakdown:
+  """Counts over transcript episodes (evaluation.write_transcripts' lines)."""
+  out = Breakdown()
+  for episode in episodes:
+    steps = episode["steps"]
+    first = steps[0]["observation"] if steps else ""
+    wanted, room = task_object(first), room_receptacles(first)
+    held = took = saw = False
+    for i, step in enumerate(steps):
+      answer = steps[i + 1]["observation"].split("\n", 1)[0] if i + 1 < len(steps) else None
+      here = step["observation"].split("\n", 1)[0]
+      if wanted and _ARRIVED.match(here) and re.search(rf"\b{re.escape(wanted)} \d", here):
+        saw = True
+      action = step["response"].strip()
+      kind = action_kind(action)
+      out.actions[kind] += 1
+      if kind == "go to" and room and action[len("go to "):] not in room:
+        out.missing_receptacles += 1
+      if answer is None:
+        continue
+      if answer == NOTHING_HAPPENS:
+        out.unchanged[kind] += 1
+      elif kind == "take" and answer.startswith("You pick up"):
+        took = True
+        held = held or bool(wanted and action.split()[1:2] == [wanted])
+    outcome = (OUTCOMES[0] if episode.get("success") else OUTCOMES[1] if held else OUTCOMES[2] if took
+               else OUTCOMES[3] if saw else OUTCOMES[4])
+    out.episodes[outcome] += 1
+  return out
+
+
+def report(b: Breakdown) -> str:
+  total = sum(b.episodes.values())
+  lines = [f"| episode outcome | episodes (of {total}) |", "|---|---|"]
+  lines += [f"| {name} | {b.episodes[name]} |" for name in OUTCOMES]
+  lines += ["", "| action | count | changed nothing |", "|---|---|---|"]
+  lines += [f"| {kind} | {n} | {b.unchanged[kind]} |" for kind, n in b.actions.most_common()]
+  lines += ["", f"`go to`s naming a receptacle the room does not have: {b.missing_receptacles} of "
+            f"{b.actions['go to']}"]
+  return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument("transcripts", nargs="+", help="transcripts-<split>.jsonl files of launch/eval.py")
+  args = parser.parse_args(argv)
+  episodes = []
+  for path in args.transcripts:
+    with open(path) as f:
+      episodes += [json.loads(line) for line in f if line.strip()]
+  print(report(breakdown(episodes)))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,97 @@
+"""launch/alfworld_failures.py on episodes played in the real world (a generated game, its oracle and detours
+from it), as launch/eval.py's transcripts hold them."""
+
+import json
+
+import pytest
+
+from explore_jax.envs.alfworld.env import ALFWorldEnv
+from launch import alfworld_failures as failures
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  env = ALFWorldEnv(split="train", task_types=["pick_and_place_simple"], data_dir="generated",
+                    cache_dir=str(tmp_path_factory.mktemp("alfworld-cache")))
+  yield env
+  env.close()
+
+
+def play(env, seed, actions):
+  """A transcript episode (evaluation.write_transcripts' fields): `actions` is a list of commands, or a
+  function of the env giving the next command (None: the episode ends)."""
+  observation, _ = env.reset(seed=seed)
+  steps, success = [], False
+  for i in range(40):
+    action = actions(env) if callable(actions) else (actions[i] if i < len(actions) else None)
+    if action is None:
+      break
+    steps.append({"observation": observation, "response": action, "task_reward": 0.0, "format_reward": 1.0,
+                  "feedback": ""})
+    observation, _, terminated, truncated, info = env.step(action)
+    success = bool(info["success"])
+    if terminated or truncated:
+      break
+  return {"task": seed, "episode": seed, "success": success, "return": float(success), "error": None,
+          "steps": steps}
+
+
+def oracle_until_take(take: bool):
+  """The oracle's commands up to its `take`, then that take (or, with take=False, a look instead), then a look."""
+  state = {"at_take": False, "done": False}
+
+  def next_action(env):
+    if state["done"]:
+      return None
+    if state["at_take"]:
+      state["done"] = True
+      return "look"
+    action = env.oracle_action()
+    if action.startswith("take "):
+      state["at_take"] = True
+      return action if take else "look"
+    return action
+  return next_action
+
+
+def test_goal_and_room_parsing_on_the_worlds_text(env):
+  observation, _ = env.reset(seed=0)
+  wanted = failures.task_object(observation)
+  assert wanted and (f"put some {wanted} " in observation or f"put a {wanted} " in observation)
+  room = failures.room_receptacles(observation)
+  assert room == set(env.receptacles) and len(room) >= 2
+  assert failures.task_object("Your task is to: heat some mug and put it in coffeemachine.") == "mug"
+  assert failures.room_receptacles("Looking around the room, you see a cabinet 1, an armchair 2, and a sofa 1.\n") \
+      == {"cabinet 1", "armchair 2", "sofa 1"}
+
+
+def test_outcomes_and_actions_of_played_episodes(env, tmp_path):
+  episodes = [play(env, 0, lambda e: e.oracle_action()),    # won
+              play(env, 1, oracle_until_take(True)),   # held the object, then stopped
+              play(env, 2, oracle_until_take(False)),  # stood by the object, took nothing
+              play(env, 3, ["go to nowhere 9", "take nothing 9 from nowhere 9", "look"])]
+  assert episodes[0]["success"] and not any(e["success"] for e in episodes[1:])
+  b = failures.breakdown(episodes)
+  assert b.episodes == {"won": 1, "held the task's object, did not place it": 1,
+                        "saw the task's object, took none": 1, "never saw the task's object": 1}
+  assert b.missing_receptacles == 1  # the oracle only goes where the room has something
+  assert b.unchanged["go to"] == 1 and b.unchanged["take"] == 1  # the answer to each of the bogus commands
+  assert b.actions["take"] == 3 and b.unchanged["look"] == 0
+
+  path = tmp_path / "transcripts-train.jsonl"
+  path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+  failures.main([str(path)])
+
+
+def test_an_episode_that_takes_only_other_objects():
+  """Text as the world writes it: the task wants a mug; the policy picks up a cup, then a wrong mug number."""
+  first = ("Your task is to: put some mug in cabinet.\nLooking around the room, you see a cabinet 1, a countertop 1, "
+           "and a sinkbasin 1.\nYou are in the middle of the room.\nYou are not carrying anything.")
+  at = "You arrive at countertop 1. On the countertop 1, you see a cup 1, and a mug 2.\n" + first.split("\n", 1)[1]
+  steps = [{"observation": first, "response": "go to countertop 1"},
+           {"observation": at, "response": "take mug 1 from countertop 1"},
+           {"observation": "Nothing happens.\n" + first, "response": "take cup 1 from countertop 1"},
+           {"observation": "You pick up the cup 1 from the countertop 1.\n" + first, "response": "go to cabinet 1"}]
+  b = failures.breakdown([{"success": False, "steps": steps}])
+  assert b.episodes == {"took only other objects": 1}
+  assert b.unchanged == {"take": 1} and b.actions == {"go to": 2, "take": 2} and b.missing_receptacles == 0
