@@ -415,6 +415,13 @@ def test_concurrent_generation_writes_each_game_once_and_whole(tmp_path):
     assert game["solvable"] and game["walkthrough"]
   leftovers = [n for _, dirs, files in os.walk(root) for n in dirs + files if n.startswith(".tmp")]
   assert leftovers == []
+  # --first: a process can take a range of its own; game 1 of the two types is the second type's first game.
+  second = subprocess.run([*command[:command.index("--num-games")], "--first", "1", "--num-games", "1",
+                           *command[command.index("--num-games") + 2:]], capture_output=True, text=True, timeout=300)
+  assert second.returncode == 0, second.stderr[-2000:]
+  assert [line.split()[1] for line in second.stdout.splitlines() if "trial_S" in line] == [
+      os.path.join(generate.DATA_FOLDER, generate.game_spec("valid_unseen", "look_at_obj_in_light", 0).relative_path,
+                   "game.tw-pddl")]
 
 
 def test_a_new_game_reset_by_a_group_at_once_is_planned_once(tmp_path):

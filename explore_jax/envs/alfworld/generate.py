@@ -62,7 +62,7 @@ reader ever sees half of one; a generated game is cached under `cache_root()` (E
 ~/.cache/explore_jax) + alfworld/<GENERATOR_VERSION>, which is itself an ALFWORLD_DATA-style root.
 
 `python -m explore_jax.envs.alfworld.generate --split train --num-games 60` fills the cache ahead
-of training and prints the time per game. Measured over one game of every (room, task type) pair
+of training and prints the time per game (`--first 60` goes on from game 60: processes can split a range). Measured over one game of every (room, task type) pair
 the 120 rooms can host (410 pairs, all generated and checked), one core: 1.5 s per game on average
 (median 1.0 s, at most 7.4 s in a large kitchen), most of it textworld translating the game and
 the planner; per type 0.9 s (pick_and_place_simple, look_at_obj_in_light) to 3.0 s (heat).
@@ -744,6 +744,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description="Generate ALFWorld games into the cache.")
   parser.add_argument("--split", default="train", choices=SPLITS)
   parser.add_argument("--num-games", type=int, default=12)
+  parser.add_argument("--first", type=int, default=0, help="the first game's index (processes can split a range)")
   parser.add_argument("--task-types", nargs="*", default=list(TASK_TYPES), choices=TASK_TYPES)
   parser.add_argument("--cache-dir", default=None)
   parser.add_argument("--max-receptacles", type=int, default=None, help="only rooms with at most this many")
@@ -752,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   solver = Solver()
   root = generated_root(args.cache_dir)
   times = []
-  for i in range(args.num_games):
+  for i in range(args.first, args.first + args.num_games):
     task_type, j = schedule(args.task_types, i)
     spec = game_spec(args.split, task_type, j, args.max_receptacles)
     start = time.perf_counter()
