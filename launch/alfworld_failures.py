@@ -17,10 +17,14 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import re
+import sys
 from typing import Any, Iterable, Optional
 
-NOTHING_HAPPENS = "Nothing happens."
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from explore_jax.envs.alfworld.env import NOTHING_HAPPENS  # noqa: E402
+
 OUTCOMES = ("won", "held the task's object, did not place it", "took only other objects",
             "saw the task's object, took none", "never saw the task's object")
 _GOAL = re.compile(r"Your task is to: (?:put|clean|heat|cool|examine|look at|find) (?:some |a |an |two )?(\w+)")

@@ -56,10 +56,13 @@ def micro_batch_count(size: int, micro: int, names: tuple[str, str]) -> int:
   return size // micro if micro else 1
 
 
+RL_MICRO_BATCH_FIELDS = ("config.rl.micro_batch_size", "config.rl.minibatch_size")
+
+
 def micro_batch_size(rl: Any) -> int:
   """`rl.micro_batch_size`, checked: 0 (the whole minibatch) or a divisor of `rl.minibatch_size`."""
   micro = int(rl.get("micro_batch_size", 0) or 0)
-  micro_batch_count(int(rl.minibatch_size), micro, ("config.rl.micro_batch_size", "config.rl.minibatch_size"))
+  micro_batch_count(int(rl.minibatch_size), micro, RL_MICRO_BATCH_FIELDS)
   return micro
 
 
@@ -87,8 +90,7 @@ class Learner:
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
                                 base=self.base_params,
                                 micro_batches=micro_batch_count(config.rl.minibatch_size, self.micro_batch_size,
-                                                                ("config.rl.micro_batch_size",
-                                                                 "config.rl.minibatch_size")))
+                                                                RL_MICRO_BATCH_FIELDS))
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None
