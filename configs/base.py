@@ -139,6 +139,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.env_kwargs = ml_collections.ConfigDict()  # overrides of env.kwargs for evaluation (e.g. the split)
   c.eval.passk_samples = 0       # n samples per task for pass@k of warm start and trained policy; 0: off
   c.eval.passk_held_out_tasks = 0  # held-out tasks in that table (seeds seed_offset + i); train: rollout.task_pool
+  # Other values of the environment's `split` whose held-out seeds pass@k also samples, each its own task set
+  # (ALFWorld: valid_seen, unseen games in the training rooms, beside the unseen rooms of eval.env_kwargs).
+  c.eval.more_splits = ()
 
   # Warm start: SFT on demonstrations (a JSONL file, or the environment's oracle) before RL.
   c.sft = ml_collections.ConfigDict()

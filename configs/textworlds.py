@@ -5,7 +5,8 @@ and ALFWorld, each trained with GRPO or GiGPO (configs/{grpo,gigpo}_<world>.py) 
          few rooms, the valid actions listed in the observation (ALFWorld: the room's receptacles), short
          episodes; SFT on the world's own gold paths (a disjoint range of training games) first, then RL on a
          held-in pool of training games;
-         held-out success on the world's held-out split (eval.env_kwargs).
+         held-out success on the world's held-out split (eval.env_kwargs; ALFWorld's unseen rooms, and its
+         unseen games in the training rooms as well, eval.more_splits).
   paper  GiGPO's settings (Feng et al. 2025, ALFWorld; the same recipe for every world): a local
          Qwen2.5-1.5B-Instruct or -7B-Instruct directory the user brings, 16 task groups of 8, 50 steps
          (ScienceWorld: EMPO2's 30), lr 1e-6, k3 KL 0.01, invalid-action penalty 0.1, temperature 1.0 (0.4 in
@@ -66,7 +67,8 @@ WORLDS = {
         id="explore_jax/ALFWorld-v0",
         kwargs={"split": "train", "task_types": ["pick_and_place_simple"], "list_actions": False,
                 "max_receptacles": ml_collections.config_dict.placeholder(int)},  # e.g. 10: the smaller rooms
-        eval_kwargs={"split": "valid_unseen"}, sft_kwargs={"oracle": "search"}, action_history=15,
+        eval_kwargs={"split": "valid_unseen"}, more_splits=("valid_seen",), sft_kwargs={"oracle": "search"},
+        action_history=15,
         max_steps=15, max_prompt_tokens=704, max_new_tokens=20, sft_offset=500, kept_env_settings=2),
 }
 
@@ -95,6 +97,7 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
   c.eval.every = 5
   c.eval.passk_samples = 4                       # summary.json: success (pass@1 of 4 samples) before and after RL
   c.eval.passk_held_out_tasks = w.get("held_out", 32)
+  c.eval.more_splits = w.get("more_splits", ())  # ALFWorld: the seen rooms too, as DPEPO reports both
 
   c.rollout.task_pool = w.get("task_pool", 64)   # held-in games: seeds 0..N-1 of the training split
   c.rollout.num_tasks = 4

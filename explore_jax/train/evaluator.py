@@ -4,8 +4,11 @@ Evaluation episodes carry no method context (no reflections, tips or dropped str
 is sampled at eval.temperature, so a number here measures the policy alone.
 
   periodic(pool, params, it)     eval.num_episodes held-out episodes (seeds eval.seed_offset + i)
-  pass_at_k(pool, params, ...)   n = eval.passk_samples episodes of every task of the held-in training pool
-                                 (seeds 0..rollout.task_pool-1) or of the held-out set
+  pass_at_k(pool, params, set)   n = eval.passk_samples episodes of every task of one task set (task_sets()):
+                                 "train", the held-in training pool (seeds 0..rollout.task_pool-1); "held-out",
+                                 seeds eval.seed_offset + i of the held-out split (eval.env_kwargs); and each
+                                 split named in eval.more_splits, on the same seeds (ALFWorld: the unseen games
+                                 of the training rooms, valid_seen, beside the unseen rooms, valid_unseen)
   warm_start_pass_at_k(...)      the warm start's pass@k, cached beside the SFT warm start
   write_summary(evals, dir)      summary.md / summary.json / pass_at_k.png (dir local or a bucket path)
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from typing import Any, Callable, Optional
 
 import jax
@@ -26,8 +30,10 @@ from explore_jax.train.inference import InferenceServer
 from explore_jax.train.warm_start import config_hash
 
 WARM_PASS_AT_K = "pass_at_k_warm_start.json"
-# The pass@k samples' key: the same streams for any parameters (fold_in(key, PASS_AT_K_STREAM + held_out)).
+# The pass@k samples' key: the same streams for any parameters (fold_in(key, PASS_AT_K_STREAM + the set's offset:
+# train 0, held-out 1, another split 2 + a hash of its name, so that adding a split moves no other set's samples).
 PASS_AT_K_STREAM = 1_000_003
+TRAIN, HELD_OUT = "train", "held-out"
 # In the warm start's pass@k cache key: entries cached when its samples came from the RL seed's key are not read.
 WARM_SAMPLES_FROM = "sft.seed"
 
@@ -46,29 +52,50 @@ class Evaluator:
     _, m = rollout.collect(pool, specs, policy_fn, embed_fn)
     return {f"eval/{k}": m[k] for k in ("success_rate", "return")}
 
-  def pass_at_k(self, pool: ActorPool, params: Any, *, label: str, held_out: bool,
+  def task_sets(self) -> list[str]:
+    """The task sets pass@k samples, in the summary's order: the held-in pool ("train"; none when training draws a
+    fresh task per group, rollout.task_pool 0, as no task recurs), "held-out", then eval.more_splits."""
+    c = self.config
+    more = list(c.eval.get("more_splits", ()))
+    clash = [s for s in more if s in (TRAIN, HELD_OUT, c.eval.env_kwargs.get("split"))]
+    if clash or len(set(more)) != len(more):
+      raise ValueError(f"eval.more_splits {tuple(more)}: each must be another value of the environment's `split` "
+                       f"than the held-out one ({c.eval.env_kwargs.get('split')!r}), named once, and not "
+                       f"{TRAIN!r} or {HELD_OUT!r}")
+    return ([TRAIN] if c.rollout.task_pool else []) + [HELD_OUT] + more
+
+  def _task_set(self, name: str) -> tuple[dict, list[int], int]:
+    """(environment kwargs, task seeds, sampling stream offset) of the task set `name`."""
+    c = self.config
+    held_out = [c.eval.seed_offset + i for i in range(c.eval.passk_held_out_tasks)]
+    if name == TRAIN:
+      if not c.rollout.task_pool:
+        raise ValueError("rollout.task_pool is 0 (a fresh training task per group), so there is no held-in task "
+                         "set to evaluate; evaluate the held-out set, or set rollout.task_pool")
+      return dict(c.env.kwargs), list(range(c.rollout.task_pool)), 0
+    if name == HELD_OUT:
+      return {**c.env.kwargs, **c.eval.env_kwargs}, held_out, 1
+    if name not in self.task_sets():
+      raise ValueError(f"unknown task set {name!r}; this config has {', '.join(self.task_sets())} "
+                       "(another split of the environment goes in eval.more_splits)")
+    return {**c.env.kwargs, **c.eval.env_kwargs, "split": name}, held_out, 2 + zlib.crc32(name.encode()) % (1 << 20)
+
+  def pass_at_k(self, pool: ActorPool, params: Any, task_set: str, *, policy: str,
                 log: Callable[[str], None] = print, transcripts: Optional[str] = None,
                 transcripts_per_task: int = 1, key: Optional[jax.Array] = None) -> evaluation.TaskSetEval:
-    """pass@k of `params` on the training tasks or the held-out ones, sampled from `key`'s pass@k streams (the
-    run's key by default); with `transcripts` (a path), the first `transcripts_per_task` episodes of each task
-    are also written there (evaluation.write_transcripts)."""
+    """pass@k of `params` on one of task_sets(), labelled "<policy> / <task_set>", sampled from `key`'s pass@k
+    streams (the run's key by default); with `transcripts` (a path), the first `transcripts_per_task` episodes
+    of each task are also written there (evaluation.write_transcripts)."""
     c = self.config
-    env_kwargs = dict(c.env.kwargs)
-    if held_out:
-      env_kwargs.update(c.eval.get("env_kwargs", {}))
-      seeds = [c.eval.seed_offset + i for i in range(c.eval.passk_held_out_tasks)]
-    elif c.rollout.task_pool:
-      seeds = list(range(c.rollout.task_pool))
-    else:
-      raise ValueError("rollout.task_pool is 0 (a fresh training task per group), so there is no held-in task set "
-                       "to evaluate; evaluate the held-out set, or set rollout.task_pool")
+    env_kwargs, seeds, stream = self._task_set(task_set)
     n = c.eval.passk_samples
     specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
                          env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
-    key = jax.random.fold_in(self.key if key is None else key, PASS_AT_K_STREAM + int(held_out))
+    key = jax.random.fold_in(self.key if key is None else key, PASS_AT_K_STREAM + stream)
     policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, -1)
     from tqdm import tqdm
 
+    label = f"{policy} / {task_set}"
     with tqdm(total=len(specs), desc=f"pass@k {label}", unit="ep", dynamic_ncols=True, leave=False) as bar:
       results, _ = pool.run(specs, policy_fn, embed_fn=embed_fn, on_result=lambda _: bar.update(1))
     if transcripts:
@@ -76,16 +103,14 @@ class Evaluator:
     return evaluation.summarize(label, results)
 
   def task_sets_text(self) -> str:
-    """What pass_at_k_sets samples, for a log line."""
-    return "training and held-out task" if self.config.rollout.task_pool else "held-out task"
+    """What pass_at_k_sets samples, for a log line: "task of train and held-out"."""
+    sets = self.task_sets()
+    return "task of " + (f"{', '.join(sets[:-1])} and {sets[-1]}" if len(sets) > 1 else sets[0])
 
-  def pass_at_k_sets(self, pool: ActorPool, params: Any, label: str,
+  def pass_at_k_sets(self, pool: ActorPool, params: Any, policy: str,
                      key: Optional[jax.Array] = None) -> list[evaluation.TaskSetEval]:
-    """pass@k on the training tasks, then on the held-out tasks; the held-out tasks alone when training draws
-    a fresh task per group (rollout.task_pool 0: no task recurs, so there is no held-in set)."""
-    splits = (("train", False), ("held-out", True)) if self.config.rollout.task_pool else (("held-out", True),)
-    return [self.pass_at_k(pool, params, label=f"{label} / {split}", held_out=held, key=key)
-            for split, held in splits]
+    """pass@k on every task set (task_sets()), in order."""
+    return [self.pass_at_k(pool, params, name, policy=policy, key=key) for name in self.task_sets()]
 
   def warm_start_sampling_key(self) -> jax.Array:
     """The key of the warm start's pass@k samples: the warm start's own (sft.seed), not the RL seed's, so that
@@ -94,7 +119,8 @@ class Evaluator:
 
   def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
                            log: Callable[[str], None] = print, *, write: bool = True) -> None:
-    """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it).
+    """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it, or, where
+    its config now asks for a task set the file lacks, computes it again: the same numbers for the sets it has).
 
     It depends on neither the RL seed nor the method (evaluation carries no method context, and its samples
     come from warm_start_sampling_key), so it is also cached next to the SFT warm start and shared by every run
@@ -123,6 +149,12 @@ class Evaluator:
       os.makedirs(os.path.dirname(cache), exist_ok=True)
       storage.copy(path, cache + ".tmp")
       os.replace(cache + ".tmp", cache)
+
+  def lacks_warm_pass_at_k(self, workdir: str) -> bool:
+    """Whether the run's warm-start pass@k is missing, or lacks one of the config's task sets."""
+    if not storage.exists(os.path.join(workdir, WARM_PASS_AT_K)):
+      return True
+    return [e.label for e in load_warm_pass_at_k(workdir)] != [f"warm start / {s}" for s in self.task_sets()]
 
   def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str, note: str = "") -> str:
     """summary.md (the pass@k table, then `note`), summary.json and pass_at_k.png in `directory`; returns

@@ -67,9 +67,9 @@ def run(parts: Parts) -> list[dict[str, Any]]:
     with (parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts,
           preemption.StopRequest() as stop):
       replay = pipeline.make_replay(parts)
-      if passk and start == 0:
-        evaluator.warm_start_pass_at_k(pool, learner.state.params, parts.workdir, parts.warm_start_key(), bar.write,
-                                       write=primary)
+      if passk and (start == 0 or evaluator.lacks_warm_pass_at_k(parts.workdir)):
+        evaluator.warm_start_pass_at_k(pool, learner.state.params if start == 0 else start_params(parts),
+                                       parts.workdir, parts.warm_start_key(), bar.write, write=primary)
       if start == 0 and c.eval.every > 0:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
@@ -178,17 +178,19 @@ def restore_or_init(parts: Parts) -> int:
   learner.load_checkpoint_tree(restored.state)
   parts.method.load_state_dict((restored.metadata or {}).get("method", {}))
   if learner.reference_logprobs is not None:  # the KL term is measured against the policy RL started from
-    learner.reference_params = reference_params(parts)
+    learner.reference_params = start_params(parts)
   print(f"[resume] from iteration {latest} in {parts.checkpointer.directory}")
   return latest
 
 
-def reference_params(parts: Parts) -> Any:
-  """The policy RL started from: step 0 of this run, or, where step 0 is gone (a run saved before the KL runs
-  kept it), the warm start again, which is what step 0 held (cached; recomputed to the same params if not)."""
+def start_params(parts: Parts) -> Any:
+  """The policy RL started from (a KL term's reference, the warm start's pass@k): step 0 of this run, or, where
+  step 0 is gone (rotated away; KL runs keep it), the warm start again, which is what step 0 held (cached;
+  recomputed to the same params if not)."""
   if 0 in parts.checkpointer.all_steps():
     return load_params(parts, 0)
-  print(f"[resume] step 0 is not in {parts.checkpointer.directory}; the KL reference is the warm start again")
+  print(f"[resume] step 0 is not in {parts.checkpointer.directory}; the policy RL started from is the warm start "
+        "again")
   return parts.warm_start_params()
 
 

@@ -48,13 +48,14 @@ def test_unknown_world_method_and_variant_are_named():
 
 @pytest.mark.parametrize("world", list(textworlds.WORLDS))
 def test_environments_start_with_the_config_and_prompts_fit(world):
-  """Training, held-out and SFT games start from the config's kwargs, and their first prompts (system prompt and
-  observation, in the tiny tokenizer) fit rollout.max_prompt_tokens untruncated."""
+  """Training, held-out (eval.more_splits' too) and SFT games start from the config's kwargs, and their first
+  prompts (system prompt and observation, in the tiny tokenizer) fit rollout.max_prompt_tokens untruncated."""
   c = textworlds.get_config("gigpo", world)
   tokenizer = PromptTokenizer.from_dir(TOKENIZER, c.rollout.max_prompt_tokens)
   prompt = ObservationPrompt(system=c.system_prompt)
   settings = {"train": (dict(c.env.kwargs), 0), "held-out": ({**c.env.kwargs, **c.eval.env_kwargs}, 0),
-              "sft": ({**c.env.kwargs, **c.sft.env_kwargs}, c.sft.oracle_seed_offset)}
+              "sft": ({**c.env.kwargs, **c.sft.env_kwargs}, c.sft.oracle_seed_offset),
+              **{split: ({**c.env.kwargs, **c.eval.env_kwargs, "split": split}, 0) for split in c.eval.more_splits}}
   for where, (kwargs, seed) in settings.items():
     env = gymnasium.make(c.env.id, **kwargs)
     try:

@@ -122,6 +122,16 @@ def test_eval_of_a_base_model_from_a_hugging_face_directory(tmp_path):
   assert result["pass_at_k"]["1"] == 0.0 and result["distinct_outcomes_per_task"] == 1.0
 
 
+def test_eval_names_a_split_the_config_does_not_have(tmp_path):
+  ev = subprocess.run([sys.executable, os.path.join(REPO, "launch", "eval.py"), "--config=configs/grpo_keydoor.py",
+                       "--policy=base", "--samples=1", "--splits=held-out,valid_seen", f"--output={tmp_path}"],
+                      capture_output=True, text=True, timeout=300, cwd=REPO, env=_env())
+  assert ev.returncode != 0
+  assert ev.stderr.strip().splitlines()[-1] == (
+      "error: unknown split(s) ['valid_seen']; this config has held-out (train is the held-in pool of a "
+      "rollout.task_pool; another split of the environment goes in --config.eval.more_splits)"), ev.stderr
+
+
 def test_a_run_directory_is_taken_by_one_process_at_a_time(tmp_path):
   """A second process started on a run directory that a live run holds stops before it writes anything there;
   once the holder is gone (its lock goes with it, the file stays) the directory can be taken again."""

@@ -54,13 +54,14 @@ class _Server:
 
 
 class _Pool:
-  """Plays every episode as a success on even seeds; records the seeds it was asked for."""
+  """Plays every episode as a success on even seeds; records the seeds and environment kwargs it was asked for."""
 
   def __init__(self):
-    self.seeds = []
+    self.seeds, self.kwargs = [], []
 
   def run(self, specs, policy_fn, embed_fn=None, on_result=None):
     self.seeds.append(sorted({s.seed for s in specs}))
+    self.kwargs.append(specs[0].env_kwargs)
     results = [EpisodeResult(spec=s, steps=[], success=s.seed % 2 == 0, total_reward=0.0, feedback="")
                for s in specs]
     for r in results:
@@ -89,7 +90,7 @@ def test_pass_at_k_sets_have_no_held_in_set_when_every_group_draws_a_fresh_task(
   assert [list(s.successes) for s in sets][-1] == [2, 0]
   if not task_pool:
     with pytest.raises(ValueError, match="task_pool is 0"):
-      evaluator.pass_at_k(pool, None, label="trained / train", held_out=False)
+      evaluator.pass_at_k(pool, None, "train", policy="trained")
   # The run's summary rows: each set before RL, then after.
   warm = evaluator.pass_at_k_sets(pool, None, "warm start")
   rows = [s.label for s in before_and_after(warm, sets)]
@@ -141,3 +142,63 @@ def test_the_warm_start_is_sampled_from_its_own_stream_whatever_the_rl_seed(tmp_
   (warm00, trained00), (warm10, trained10), (warm01, _) = keys[0, 0], keys[1, 0], keys[0, 1]
   assert warm00 == warm10 != warm01
   assert trained00 != trained10
+
+
+def _split_evaluator(more_splits, task_pool=2, server=None):
+  import jax
+  import ml_collections
+
+  from explore_jax.train.evaluator import Evaluator
+
+  config = ml_collections.ConfigDict({
+      "seed": 0, "env": {"id": "explore_jax/KeyDoor-v0", "kwargs": {"split": "train", "size": 5}},
+      "rollout": {"task_pool": task_pool, "max_new_tokens": 8, "top_p": 1.0}, "sft": {"seed": 0, "enabled": True},
+      "eval": {"env_kwargs": {"split": "valid_unseen"}, "seed_offset": 100, "passk_held_out_tasks": 2,
+               "passk_samples": 2, "more_splits": tuple(more_splits)}})
+  return Evaluator(config, server or _Server(), None, jax.random.key(0))
+
+
+def test_more_splits_are_task_sets_of_the_held_out_seeds_sampled_from_their_own_streams():
+  """eval.more_splits adds a task set per split after held-out: the held-out seeds, the held-out kwargs with
+  `split` replaced, labelled by the split; its samples come from a stream of its own, so adding one moves none
+  of the other sets' samples."""
+  server = _KeyServer()
+  evaluator, pool = _split_evaluator(["valid_seen", "test"], server=server), _Pool()
+  assert evaluator.task_sets() == ["train", "held-out", "valid_seen", "test"]
+  assert evaluator.task_sets_text() == "task of train, held-out, valid_seen and test"
+  sets = evaluator.pass_at_k_sets(pool, None, "trained")
+  assert [s.label for s in sets] == ["trained / train", "trained / held-out", "trained / valid_seen",
+                                     "trained / test"]
+  assert pool.seeds == [[0, 1], [100, 101], [100, 101], [100, 101]]
+  assert [k["split"] for k in pool.kwargs] == ["train", "valid_unseen", "valid_seen", "test"]
+  assert all(k["size"] == 5 for k in pool.kwargs)
+  assert len({str(k) for k in server.keys}) == 4
+  fewer = _KeyServer()
+  _split_evaluator(["test"], server=fewer).pass_at_k_sets(_Pool(), None, "trained")
+  assert fewer.keys == [server.keys[0], server.keys[1], server.keys[3]]
+  with pytest.raises(ValueError, match="unknown task set 'dev'"):
+    evaluator.pass_at_k(pool, None, "dev", policy="trained")
+
+
+@pytest.mark.parametrize("more_splits", [["valid_unseen"], ["held-out"], ["train"], ["valid_seen", "valid_seen"]])
+def test_a_more_split_that_repeats_a_task_set_is_named(more_splits):
+  with pytest.raises(ValueError, match=r"eval.more_splits .* named once"):
+    _split_evaluator(more_splits).task_sets()
+
+
+def test_a_resumed_run_computes_the_warm_start_pass_at_k_of_a_task_set_its_file_lacks(tmp_path, monkeypatch):
+  """A run whose warm-start file predates a split added to eval.more_splits lacks it; computed again, the file
+  has every set, and the sets it had keep their numbers (the same streams)."""
+  monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "cache"))
+  from explore_jax.train.evaluator import load_warm_pass_at_k
+
+  before, after = _split_evaluator([]), _split_evaluator(["valid_seen"])
+  assert before.lacks_warm_pass_at_k(str(tmp_path))
+  before.warm_start_pass_at_k(_Pool(), None, str(tmp_path), "ws", log=lambda _: None)
+  old = load_warm_pass_at_k(str(tmp_path))
+  assert not before.lacks_warm_pass_at_k(str(tmp_path)) and after.lacks_warm_pass_at_k(str(tmp_path))
+  after.warm_start_pass_at_k(_Pool(), None, str(tmp_path), "ws", log=lambda _: None)
+  new = load_warm_pass_at_k(str(tmp_path))
+  assert not after.lacks_warm_pass_at_k(str(tmp_path))
+  assert [e.label for e in new] == ["warm start / train", "warm start / held-out", "warm start / valid_seen"]
+  assert [e.to_json() for e in new[:2]] == [e.to_json() for e in old]

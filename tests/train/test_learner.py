@@ -433,7 +433,7 @@ def test_a_kl_run_keeps_its_reference_policy_through_checkpoint_rotation(tmp_pat
   capsys.readouterr()
   third = build(c, str(tmp_path))
   assert loop.restore_or_init(third) == 3
-  assert "the KL reference is the warm start again" in capsys.readouterr().out
+  assert "the policy RL started from is the warm start again" in capsys.readouterr().out
   _assert_trees_equal(third.learner.reference_params, start)  # sft is off here: the warm start is the init
 
   c.rl.loss.kl_coef = 0.0  # without a KL term step 0 rotates away like any other
