@@ -56,11 +56,11 @@ class Evaluator:
     """The task sets pass@k samples, in the summary's order: the held-in pool ("train"; none when training draws a
     fresh task per group, rollout.task_pool 0, as no task recurs), "held-out", then eval.more_splits."""
     c = self.config
-    more = list(c.eval.get("more_splits", ()))
-    clash = [s for s in more if s in (TRAIN, HELD_OUT, c.eval.env_kwargs.get("split"))]
+    more, held_out_split = list(c.eval.get("more_splits", ())), c.eval.get("env_kwargs", {}).get("split")
+    clash = [s for s in more if s in (TRAIN, HELD_OUT, held_out_split)]
     if clash or len(set(more)) != len(more):
       raise ValueError(f"eval.more_splits {tuple(more)}: each must be another value of the environment's `split` "
-                       f"than the held-out one ({c.eval.env_kwargs.get('split')!r}), named once, and not "
+                       f"than the held-out one ({held_out_split!r}), named once, and not "
                        f"{TRAIN!r} or {HELD_OUT!r}")
     return ([TRAIN] if c.rollout.task_pool else []) + [HELD_OUT] + more
 
@@ -74,11 +74,12 @@ class Evaluator:
                          "set to evaluate; evaluate the held-out set, or set rollout.task_pool")
       return dict(c.env.kwargs), list(range(c.rollout.task_pool)), 0
     if name == HELD_OUT:
-      return {**c.env.kwargs, **c.eval.env_kwargs}, held_out, 1
+      return {**c.env.kwargs, **c.eval.get("env_kwargs", {})}, held_out, 1
     if name not in self.task_sets():
       raise ValueError(f"unknown task set {name!r}; this config has {', '.join(self.task_sets())} "
                        "(another split of the environment goes in eval.more_splits)")
-    return {**c.env.kwargs, **c.eval.env_kwargs, "split": name}, held_out, 2 + zlib.crc32(name.encode()) % (1 << 20)
+    kwargs = {**c.env.kwargs, **c.eval.get("env_kwargs", {}), "split": name}
+    return kwargs, held_out, 2 + zlib.crc32(name.encode()) % (1 << 20)
 
   def pass_at_k(self, pool: ActorPool, params: Any, task_set: str, *, policy: str,
                 log: Callable[[str], None] = print, transcripts: Optional[str] = None,
