@@ -140,7 +140,9 @@ class TextEnv(gymnasium.Env, abc.ABC):
   A world whose instances share no state (each its own process or JVM) and whose answers do not
   depend on how busy the machine is adds `"concurrent_instances": True` to its `metadata`: an
   actor then resets and steps several of them at once (actors/actor.py). The coding world does
-  not: its verdicts hold a wall-clock time limit.
+  not: its verdicts hold a wall-clock time limit. One whose oracle episode from a seed is the same on
+  any instance, whatever that instance played before, adds `"seeded_oracle": True` as well: an SFT
+  warm start's demonstrations are then played on several instances at once (train/sft_data.py).
   """
 
   metadata = {"render_modes": ["ansi"], "render_fps": 1}  # a frame rate only to quiet check_env

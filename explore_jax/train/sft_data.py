@@ -11,8 +11,10 @@ paths relative to the file (write_demonstrations writes them into `<file>.images
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import queue
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import gymnasium
@@ -20,7 +22,7 @@ import numpy as np
 
 from explore_jax.actors.actor import PromptTokenizer
 from explore_jax.actors.protocol import Prompt
-from explore_jax.envs import oracle_demonstrations
+from explore_jax.envs import Demonstration, oracle_demonstrations, oracle_episode
 from explore_jax.images import ImageLayout
 
 
@@ -78,12 +80,18 @@ def write_demonstrations(path: str, demos: Iterable[dict[str, Any]]) -> int:
 
 
 def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int],
-                     prompt_hook: Callable[..., list[dict[str, str]]]) -> list[dict[str, Any]]:
+                     prompt_hook: Callable[..., list[dict[str, str]]],
+                     workers: Optional[int] = None) -> list[dict[str, Any]]:
   """(prompt, oracle action) demonstrations from an environment's oracle, one per step, with the
-  prompts built by the method's hook from the same history the actor would hold."""
-  env = gymnasium.make(env_id, **env_kwargs)
+  prompts built by the method's hook from the same history the actor would hold.
+
+  A world that declares both `concurrent_instances` and `seeded_oracle` (envs/base.py: each instance its own
+  process, and a seed's oracle episode the same on any instance, whatever it played before) is played on
+  `workers` instances at once (default: one per core, at most 8), one thread each; the demonstrations are those
+  of one instance, in seed order. Any other world is played on one instance, seed after seed: a JVM world's gold
+  path can depend on what its JVM played before."""
   demos = []
-  for d in oracle_demonstrations(env, seeds):
+  for d in _oracle_episodes(env_id, env_kwargs, list(seeds), workers):
     history: list[tuple[str, str]] = []
     for obs, action in zip(d.observations, d.actions):
       prompt = prompt_hook(obs, list(history), {}, {})
@@ -91,8 +99,37 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
       demos.append({"messages": messages, "response": action,
                     **({"images": [np.asarray(image) for image in images]} if images else {})})
       history.append((obs, action))
-  env.close()
   return demos
+
+
+MAX_ORACLE_WORKERS = 8
+
+
+def _oracle_episodes(env_id: str, env_kwargs: dict[str, Any], seeds: list[int],
+                     workers: Optional[int]) -> list[Demonstration]:
+  envs = [gymnasium.make(env_id, **env_kwargs)]
+  try:
+    declared = envs[0].unwrapped.metadata
+    n = min(workers or min(os.cpu_count() or 1, MAX_ORACLE_WORKERS), len(seeds))
+    if n <= 1 or not (declared.get("concurrent_instances") and declared.get("seeded_oracle")):
+      return oracle_demonstrations(envs[0], seeds)
+    envs += [gymnasium.make(env_id, **env_kwargs) for _ in range(n - 1)]
+    idle: queue.SimpleQueue = queue.SimpleQueue()
+    for env in envs:
+      idle.put(env)
+
+    def play(seed: int) -> Demonstration:
+      env = idle.get()
+      try:
+        return oracle_episode(env, seed=seed)
+      finally:
+        idle.put(env)
+
+    with concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="oracle") as pool:
+      return list(pool.map(play, seeds))
+  finally:
+    for env in envs:
+      env.close()
 
 
 def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: int, response_len: int,

@@ -316,6 +316,23 @@ def test_instances_stepped_from_threads_at_once_play_as_one_after_another(env, c
       other.close()
 
 
+def test_sft_demonstrations_played_on_several_instances_at_once_are_those_of_one(cache, monkeypatch):
+  """ALFWorld declares a seeded oracle: the warm start's demonstrations are played on 3 instances at once (3
+  game processes, one thread each), and are exactly those one instance plays seed after seed, in seed order."""
+  from explore_jax.methods.base import ObservationPrompt
+  from explore_jax.train import sft_data
+
+  made = []
+  make = gymnasium.make
+  monkeypatch.setattr(sft_data.gymnasium, "make", lambda *a, **k: made.append(a) or make(*a, **k))
+  kwargs = {"data_dir": "generated", "cache_dir": cache, "num_games": 6}
+  hook, seeds = ObservationPrompt(action_history=15), [4, 0, 5, 1, 3, 2]
+  at_once = sft_data.oracle_sft_demos("explore_jax/ALFWorld-v0", kwargs, seeds, hook, workers=3)
+  assert len(made) == 3
+  one = sft_data.oracle_sft_demos("explore_jax/ALFWorld-v0", kwargs, seeds, hook, workers=1)
+  assert len(made) == 4 and at_once == one and len({d["messages"][-1]["content"] for d in one}) == len(one)
+
+
 def _edit_game(folder, **changes):
   with open(folder / "game.tw-pddl", "r+") as f:
     game = json.load(f)

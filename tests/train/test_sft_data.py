@@ -43,6 +43,19 @@ def test_oracle_demos_follow_the_oracle_and_round_trip(tmp_path):
   assert sft_data.load_demonstrations(path) == demos
 
 
+def test_a_world_without_a_seeded_oracle_plays_its_demonstrations_on_one_instance(monkeypatch):
+  """KeyDoor declares neither concurrent instances nor a seeded oracle: whatever `workers` says, one instance
+  plays every seed in turn (tests/envs/test_alfworld.py has a world that declares both)."""
+  made = []
+  make = sft_data.gymnasium.make
+  monkeypatch.setattr(sft_data.gymnasium, "make", lambda *a, **k: made.append(a) or make(*a, **k))
+  hook = ObservationPrompt()
+  at_once = sft_data.oracle_sft_demos("explore_jax/KeyDoor-v0", {"num_rooms": 3}, [3, 1, 2], hook, workers=4)
+  assert len(made) == 1
+  assert at_once == sft_data.oracle_sft_demos("explore_jax/KeyDoor-v0", {"num_rooms": 3}, [3, 1, 2], hook,
+                                              workers=1)
+
+
 def test_image_demonstrations_round_trip_and_lay_out_as_the_actors_do(tmp_path):
   from explore_jax.actors.actor import PromptTokenizer
   from explore_jax.images import IMAGE, ImageLayout

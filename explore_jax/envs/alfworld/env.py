@@ -361,8 +361,9 @@ class ALFWorldEnv(TextEnv):
   """
 
   response_format = 'Reply with exactly one action on one line, e.g. "go to countertop 1".'
-  # Each instance's game runs in a process of its own: an actor may reset and step several at once.
-  metadata = {**TextEnv.metadata, "concurrent_instances": True}
+  # Each instance's game runs in a process of its own: an actor may reset and step several at once. A game's
+  # oracle reads only that game (its walkthrough, the planner's plan or the search over what the game shows).
+  metadata = {**TextEnv.metadata, "concurrent_instances": True, "seeded_oracle": True}
 
   def __init__(self, split: str = "train", task_types: Any = None, num_games: int | None = None,
                data_dir: str | None = None, max_steps: int = 50, admissible: bool = False,
