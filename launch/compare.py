@@ -38,7 +38,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from explore_jax.train import provenance, stats  # noqa: E402
-from explore_jax.train.evaluation import pass_at_k  # noqa: E402
+from explore_jax.train.evaluation import (TRAINED, WARM_START, pass_at_k, split_task_set_label,  # noqa: E402
+                                          task_set_label)
 
 _OUTPUT = flags.DEFINE_string("output", None,
                               "Directory for compare.md, compare.json and compare.png (default: print only).")
@@ -49,7 +50,7 @@ _RESAMPLES = flags.DEFINE_integer("resamples", 10_000,
                                   "to enumerate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the bootstrap and of Monte Carlo permutation tests.")
 _TOP_TASKS = flags.DEFINE_integer("top_tasks", 10, "Tasks listed per task set in the per-task table.")
-_SKIP_POLICIES = flags.DEFINE_list("skip_policies", ["warm start"],
+_SKIP_POLICIES = flags.DEFINE_list("skip_policies", [WARM_START],
                                    "Policies (the part of a label before ' / ') left out of the pairwise tests.")
 _LABELS = flags.DEFINE_list("labels", None, "One group name per run, in order (default: each run's config method).")
 
@@ -191,7 +192,7 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
         "methods": {m: {str(k): aligned[m][k].mean(axis=1).tolist() for k in ks} for m in methods}}
 
   for label in labels:
-    if label.split(" / ")[0] in skip_policies:
+    if split_task_set_label(label)[0] in skip_policies:
       continue
     for k in sorted({1, k_max}):
       for a, b in itertools.combinations(methods, 2):
@@ -225,9 +226,9 @@ def learning(by_method: dict[str, list[tuple[str, dict]]], labels: list[str], ks
   rows = []
   for method, entries in by_method.items():
     for label in labels:
-      policy, _, task_set = label.partition(" / ")
-      warm_label = f"warm start / {task_set}"
-      if policy != "trained" or warm_label not in labels:
+      policy, task_set = split_task_set_label(label)
+      warm_label = task_set_label(WARM_START, task_set)
+      if policy != TRAINED or warm_label not in labels:
         continue
       for k in sorted({1, k_max}):
         trained = [float(s[label]["pass_at_k"][str(k)]) for _, s in entries]
@@ -360,10 +361,10 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
       out.append("| " + " | ".join(cells) + " |")
 
   missing = [label for label in report["sets"] if label not in report["per_task"]]
-  if any(label.split(" / ")[0] not in report["skip_policies"] for label in report["per_task"]):
+  if any(split_task_set_label(label)[0] not in report["skip_policies"] for label in report["per_task"]):
     out += ["", f"## Per task: seed-averaged pass@1 and pass@{k_max}, where the methods differ most", ""]
     for label, pt in report["per_task"].items():
-      if label.split(" / ")[0] in report["skip_policies"]:
+      if split_task_set_label(label)[0] in report["skip_policies"]:
         continue
       m = pt["methods"]
       at_kmax = np.array([m[x][str(k_max)] for x in methods])   # [methods, tasks]

@@ -22,6 +22,21 @@ from explore_jax import storage
 from explore_jax.actors.protocol import EpisodeResult
 
 
+# The policies a run's pass@k compares, and the label of one policy's pass@k on one task set.
+WARM_START, TRAINED = "warm start", "trained"
+
+
+def task_set_label(policy: str, task_set: str) -> str:
+  """The label of `policy`'s pass@k on `task_set` ("warm start / held-out"): summary.json's keys."""
+  return f"{policy} / {task_set}"
+
+
+def split_task_set_label(label: str) -> tuple[str, str]:
+  """(policy, task set) of a task_set_label."""
+  policy, _, task_set = label.partition(" / ")
+  return policy, task_set
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
   """Unbiased pass@k of one task: n samples, c correct."""
   if not 0 <= c <= n:

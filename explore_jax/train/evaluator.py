@@ -96,7 +96,7 @@ class Evaluator:
     policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, -1)
     from tqdm import tqdm
 
-    label = f"{policy} / {task_set}"
+    label = evaluation.task_set_label(policy, task_set)
     with tqdm(total=len(specs), desc=f"pass@k {label}", unit="ep", dynamic_ncols=True, leave=False) as bar:
       results, _ = pool.run(specs, policy_fn, embed_fn=embed_fn, on_result=lambda _: bar.update(1))
     if transcripts:
@@ -141,7 +141,8 @@ class Evaluator:
       log(f"[pass@k] warm start: reused {cache}")
       return
     log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {self.task_sets_text()}")
-    sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, "warm start", self.warm_start_sampling_key())]
+    sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, evaluation.WARM_START,
+                                                     self.warm_start_sampling_key())]
     if not write:
       return
     with storage.open(path, "w") as f:
@@ -155,7 +156,8 @@ class Evaluator:
     """Whether the run's warm-start pass@k is missing, or lacks one of the config's task sets."""
     if not storage.exists(os.path.join(workdir, WARM_PASS_AT_K)):
       return True
-    return [e.label for e in load_warm_pass_at_k(workdir)] != [f"warm start / {s}" for s in self.task_sets()]
+    wanted = [evaluation.task_set_label(evaluation.WARM_START, s) for s in self.task_sets()]
+    return [e.label for e in load_warm_pass_at_k(workdir)] != wanted
 
   def write_summary(self, evals: list[evaluation.TaskSetEval], directory: str, note: str = "") -> str:
     """summary.md (the pass@k table, then `note`), summary.json and pass_at_k.png in `directory`; returns
@@ -186,7 +188,8 @@ ONE_RUN_NOTE = (
 def before_and_after(warm: list[evaluation.TaskSetEval],
                      trained: list[evaluation.TaskSetEval]) -> list[evaluation.TaskSetEval]:
   """The summary's rows: each task set's warm start, then its trained policy (pass_at_k_sets' sets, one or two)."""
-  sets = [(w.label.partition(" / ")[2], t.label.partition(" / ")[2]) for w, t in zip(warm, trained)]
+  sets = [(evaluation.split_task_set_label(w.label)[1], evaluation.split_task_set_label(t.label)[1])
+          for w, t in zip(warm, trained)]
   if len(warm) != len(trained) or any(a != b for a, b in sets):
     raise ValueError(f"the warm start's task sets {[w.label for w in warm]} do not match the trained policy's "
                      f"{[t.label for t in trained]}")

@@ -33,6 +33,7 @@ import numpy as np
 
 from explore_jax.parallel import distributed
 from explore_jax.replay import Replay
+from explore_jax.train import evaluation
 from explore_jax.train import evaluator as evaluator_lib
 from explore_jax.train import metrics as metrics_lib
 from explore_jax.train import pipeline
@@ -92,7 +93,7 @@ def run(parts: Parts) -> list[dict[str, Any]]:
                         **_throughput_postfix(m))
       if passk:
         bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each {evaluator.task_sets_text()}")
-        trained = evaluator.pass_at_k_sets(pool, learner.state.params, "trained")
+        trained = evaluator.pass_at_k_sets(pool, learner.state.params, evaluation.TRAINED)
   finally:
     bar.close()
     writer.close()
