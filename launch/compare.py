@@ -10,13 +10,14 @@ launch/train.py when the config asks for pass@k). Prints markdown and, with --ou
   compare.md    1. mean +- sample std over seeds of every pass@k column (--ks), solved >= 1, distinct outcomes;
                 2. per method and task set: pass@1 and pass@k_max, mean with a percentile-bootstrap CI over
                    seeds (k_max: the largest k every run has);
-                3. per pair of methods and task set: the difference of means with its bootstrap CI (seeds
-                   resampled per method), the permutation p over seeds (the primary test), Welch's t, dof
-                   and p (for reference) and the paired sign-flip p over tasks;
+                3. per pair of methods and task set both were evaluated on: the difference of means with its
+                   bootstrap CI (seeds resampled per method), the permutation p over seeds (the primary test),
+                   Welch's t, dof and p (for reference) and the paired sign-flip p over tasks;
                 4. per task set: the tasks where the methods' seed-averaged pass@k differ most;
-                5. learning, per method and task set: trained minus warm start pass@1 and pass@k_max of the
-                   same runs, the mean with its bootstrap CI over runs, the exact sign-flip p over runs and
-                   the paired sign-flip p over tasks (does RL improve on the policy it started from?).
+                5. learning, per method and each task set all its runs have (one the other methods lack
+                   included): trained minus warm start pass@1 and pass@k_max of the same runs, the mean with its
+                   bootstrap CI over runs, the exact sign-flip p over runs and the paired sign-flip p over
+                   tasks (does RL improve on the policy it started from?).
   compare.json  the same numbers, plus each method's per-task, seed-averaged pass@k for every k.
   compare.png   training success and held-out success per iteration, mean +- std over seeds.
 
@@ -151,9 +152,11 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
   map a run to its warm start and machine (load())."""
   warm_starts, machines = warm_starts or {}, machines or {}
   methods = list(by_method)
-  all_summaries = [s for entries in by_method.values() for _, s in entries]
-  labels = labels_of(all_summaries)
-  ks = common_ks(all_summaries, labels)
+  # A method's own statistics (its pass@k table, trained - warm start) cover the task sets all its runs have;
+  # the comparisons between methods, the task sets every run has.
+  own_labels = {m: labels_of([s for _, s in entries]) for m, entries in by_method.items()}
+  labels = labels_of([s for entries in by_method.values() for _, s in entries])
+  ks = sorted(set.intersection(*(set(common_ks([s for _, s in by_method[m]], own_labels[m])) for m in methods)))
   if not ks:
     sys.exit("error: the runs share no pass@k")
   k_max = ks[-1]
@@ -165,7 +168,7 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
   aligned_tasks: dict[str, dict[str, dict[int, np.ndarray]]] = {}  # label -> method -> k -> [common tasks, seeds]
   for method, entries in by_method.items():
     sets = {}
-    for label in labels:
+    for label in own_labels[method]:
       rows = [s[label] for _, s in entries]
       per_k = {}
       for k in ks:
@@ -212,19 +215,21 @@ def analyse(by_method: dict[str, list[tuple[str, dict]]], *, confidence: float, 
                                                         seed=seed)
           row["tasks"] = int(aligned[a][k].shape[0])
         report["comparisons"].append(row)
-  report["learning"] = learning(by_method, labels, ks, k_max, tasks, confidence=confidence, resamples=resamples,
-                                seed=seed)
+  report["learning"] = learning(by_method, own_labels, ks, k_max, tasks, confidence=confidence,
+                                resamples=resamples, seed=seed)
   return report
 
 
-def learning(by_method: dict[str, list[tuple[str, dict]]], labels: list[str], ks: list[int], k_max: int,
-             tasks: dict, *, confidence: float, resamples: int, seed: int) -> list[dict]:
-  """Per method and task set X with both "warm start / X" and "trained / X": the per-run differences
+def learning(by_method: dict[str, list[tuple[str, dict]]], own_labels: dict[str, list[str]], ks: list[int],
+             k_max: int, tasks: dict, *, confidence: float, resamples: int, seed: int) -> list[dict]:
+  """Per method and task set X whose "warm start / X" and "trained / X" all the method's runs have (`own_labels`,
+  whatever the other methods were evaluated on): the per-run differences
   trained - warm start (each run against its own starting policy), their mean with a bootstrap CI over runs,
   the exact sign-flip p over runs (the runs are the random unit), and the paired sign-flip p over tasks (the
   task's run-averaged difference; its unit is the task, given these runs)."""
   rows = []
   for method, entries in by_method.items():
+    labels = own_labels[method]
     for label in labels:
       policy, task_set = split_task_set_label(label)
       warm_label = task_set_label(WARM_START, task_set)

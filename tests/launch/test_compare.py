@@ -219,18 +219,25 @@ def test_within_warm_starts_uses_only_the_warm_starts_both_methods_share(tmp_pat
   assert "| trained / train | pass@1 | sge | abl | 4 vs 4 | 2 | 0.050 |" in out
 
 
+def _before_after(task_sets: dict[str, tuple[list[int], list[int]]]) -> dict:
+  """summary.json of one run: per task set, the successes of 4 samples on tasks 1 and 2, warm start and trained."""
+  summary = {}
+  for task_set, (warm, trained) in task_sets.items():
+    for policy, successes in ((evaluation.WARM_START, warm), (evaluation.TRAINED, trained)):
+      e = evaluation.TaskSetEval(evaluation.task_set_label(policy, task_set), [1, 2], np.full(2, 4),
+                                 np.array(successes), np.ones(2))
+      summary[e.label] = {**e.to_dict(range(1, 5)), "per_task": e.to_json()}
+  return summary
+
+
 def test_learning_compares_each_run_with_its_own_warm_start(tmp_path):
   """Three runs on tasks 1 and 2 with 4 samples each; successes (warm start -> trained) per task:
   run 0 [1, 2] -> [2, 3], run 1 [1, 2] -> [2, 2], run 2 [2, 2] -> [2, 3]."""
   counts = [([1, 2], [2, 3]), ([1, 2], [2, 2]), ([2, 2], [2, 3])]
   dirs = []
-  for i, (warm, trained) in enumerate(counts):
-    summary = {}
-    for policy, successes in (("warm start", warm), ("trained", trained)):
-      e = evaluation.TaskSetEval(f"{policy} / held-out", [1, 2], np.full(2, 4), np.array(successes), np.ones(2))
-      summary[e.label] = {**e.to_dict(range(1, 5)), "per_task": e.to_json()}
+  for i, before_after in enumerate(counts):
     dirs.append(tmp_path / f"run{i}")
-    _write_run(dirs[-1], "gigpo", summary)
+    _write_run(dirs[-1], "gigpo", _before_after({"held-out": before_after}))
   out = _compare(*dirs, "--resamples=4000", f"--output={tmp_path / 'cmp'}")
   row = next(r for r in json.load(open(tmp_path / "cmp" / "compare.json"))["learning"] if r["k"] == 1)
   # pass@1 = successes / 8 per run: warm .375, .375, .5; trained .625, .5, .625; differences .25, .125, .125.
@@ -245,3 +252,22 @@ def test_learning_compares_each_run_with_its_own_warm_start(tmp_path):
   assert "| gigpo | held-out | pass@1 | 3 | 0.417 | 0.583 | 0.167 [0.125, 0.250] | 0.250 | 0.500 (2 tasks) |" in out
   # The default --ks (1, 2, 4, 8, 16) keeps only the k every run has.
   assert "pass@8" not in out.split("## Mean over seeds")[0]
+
+
+def test_learning_covers_a_task_set_only_one_method_has(tmp_path):
+  """Method a's two runs have held-out and valid_seen, b's only held-out: a's learning covers both of its sets,
+  and the two are compared on held-out alone."""
+  a = {"held-out": ([1, 2], [2, 2]), "valid_seen": ([0, 1], [2, 3])}
+  dirs = [tmp_path / "a0", tmp_path / "a1", tmp_path / "b0"]
+  _write_run(dirs[0], "a", _before_after(a))
+  _write_run(dirs[1], "a", _before_after(a))
+  _write_run(dirs[2], "b", _before_after({"held-out": ([1, 2], [1, 2])}))
+  _compare(*dirs, "--resamples=1000", f"--output={tmp_path / 'cmp'}")
+  report = json.load(open(tmp_path / "cmp" / "compare.json"))
+  learnt = {(r["method"], r["set"]): r for r in report["learning"] if r["k"] == 1}
+  assert set(learnt) == {("a", "held-out"), ("a", "valid_seen"), ("b", "held-out")}
+  # valid_seen pass@1: (0 + 1) / 8 -> (2 + 3) / 8 in both runs of a.
+  assert learnt["a", "valid_seen"]["difference"] == pytest.approx(0.5)
+  assert learnt["b", "held-out"]["difference"] == 0.0
+  assert "valid_seen" in str(report["methods"]["a"]["sets"]) and "valid_seen" not in str(report["methods"]["b"])
+  assert {c["set"] for c in report["comparisons"]} == {"trained / held-out"}  # the shared warm start is skipped
