@@ -266,7 +266,8 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
   arms = ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60",
-          "gigpo_alfworld_small_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60")
+          "gigpo_alfworld_small_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60",
+          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60")
   assert len(lines) == 3 * len(arms) and all("--config.sft.seed=0" in line for line in lines)
   for arm in arms:
     mine = [line for line in lines if f"/{arm}/" in line]
@@ -279,10 +280,16 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   bigger = [line for line in lines if "/gigpo_alfworld_small_ws2048_fresh_kl_it60/" in line]
   assert all("--config.sft.steps=1200 --config.sft.oracle_episodes=2048" in line and line.endswith(
       "--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01") for line in bigger)
-  # The longer arms change nothing their warm start depends on: they start from the shorter one's.
+  listed = [line for line in lines if "/gigpo_alfworld_small_listed_ws512_fresh_kl_it60/" in line]
+  assert all("--config.env.kwargs.list_actions=True" in line and "--config.sft.oracle_episodes=512" in line
+             and f"--config.rollout.max_prompt_tokens={protocol.PROMPT_TOKENS_LISTED}" in line for line in listed)
+  # The longer arms change nothing their warm start depends on: they start from the shorter one's. Listing the
+  # actions changes the prompts the warm start learns from: that arm computes its own.
   args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
   assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512_fresh_kl_it60"] == args[
       "gigpo_alfworld_small_ws512"] != args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
+  assert len({args["gigpo_alfworld_small_listed_ws512_fresh_kl_it60"], args["gigpo_alfworld_small_ws512"],
+              args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]}) == 3
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
