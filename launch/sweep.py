@@ -47,7 +47,9 @@ the tail of its stderr and the sweep goes on; the exit status is non-zero if any
 completed run and at the end, launch/compare.py compares all complete runs, grouped by arm, into root/compare/.
 
 --parallel=N keeps N runs going, each its own process, started in the same order; their output goes to each
-run's sweep_stdout.log and sweep_stderr.log (with N = 1 it also passes through, as before). A run waits while
+run's sweep_stdout.log and sweep_stderr.log (with N = 1 it also passes through, as before). JAX takes 75% of a
+GPU's memory per process when it starts, so N > 1 processes on one GPU would not all start: each is given
+GPU_MEMORY_SHARE / N of it (run_environment) unless the environment already says how JAX allocates. A run waits while
 another run of its warm start W is going, unless a run of W with the same SFT inputs (its own arm, or one that
 differs only in RL settings) already has a checkpoint (the SFT warm start is then cached; two runs computing it
 at once would both write its cache entry), and the next
@@ -100,6 +102,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from absl import app, flags
 
@@ -147,6 +150,10 @@ RUN_NAME = re.compile(r"ws(\d+)_seed(\d+)")  # a run's directory name: warm star
 AXIS = re.compile(r"config(\.[A-Za-z_][A-Za-z0-9_]*)+")  # a product / zip key: a config field's path
 UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")  # characters a made arm name never holds (commas separate --only's names)
 MAX_NAME = 120  # characters of a made arm name; longer ones want labels
+GPU_MEMORY_SHARE = 0.9  # of each GPU's memory, split between the runs going at once (the rest: their CUDA contexts)
+# How JAX sizes its GPU memory pool (https://docs.jax.dev, "GPU memory allocation"): one of these set by the user wins.
+JAX_MEMORY_VARIABLES = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                        "XLA_PYTHON_CLIENT_ALLOCATOR")
 WAIT_S = 1.0  # how often the scheduler looks again at runs held back by a warm start being computed
 WARM_STARTS_DIR = "warm_starts"  # of a --record directory, with --carry_warm_starts
 CARRY_EVERY_S = 30.0  # how often a sweep looks for warm starts to carry while its runs go on
@@ -423,11 +430,22 @@ def _die_with_parent():
     pass
 
 
-class Launched:
-  """One run's process from the repository root: its stderr appended to workdir/sweep_stderr.log (and passed
-  through when `echo`; its stdout then too, else into workdir/sweep_stdout.log); put on `ended` once it exits."""
+def run_environment(parallel: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+  """The environment of each local run: `environ`, and with `parallel` > 1 runs at a time a share of each GPU's
+  memory (XLA_PYTHON_CLIENT_MEM_FRACTION = GPU_MEMORY_SHARE / parallel) unless one of JAX_MEMORY_VARIABLES is
+  set. A CPU run ignores the variable."""
+  env = dict(environ)
+  if parallel > 1 and not any(name in environ for name in JAX_MEMORY_VARIABLES):
+    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{GPU_MEMORY_SHARE / parallel:.3f}"
+  return env
 
-  def __init__(self, run: Run, echo: bool, ended: queue.Queue):
+
+class Launched:
+  """One run's process from the repository root, in `env` (default: this process's environment): its stderr
+  appended to workdir/sweep_stderr.log (and passed through when `echo`; its stdout then too, else into
+  workdir/sweep_stdout.log); put on `ended` once it exits."""
+
+  def __init__(self, run: Run, echo: bool, ended: queue.Queue, env: Mapping[str, str] | None = None):
     os.makedirs(run.workdir, exist_ok=True)
     with open(os.path.join(run.workdir, "sweep_command.txt"), "a") as f:
       f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
@@ -435,7 +453,7 @@ class Launched:
     self._tail: collections.deque = collections.deque(maxlen=64)
     stdout = None if echo else open(os.path.join(run.workdir, "sweep_stdout.log"), "ab")
     try:
-      self.proc = subprocess.Popen(run.command, cwd=REPO, stdout=stdout, stderr=subprocess.PIPE,
+      self.proc = subprocess.Popen(run.command, cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, env=env,
                                    preexec_fn=_die_with_parent)
     finally:
       if stdout:
@@ -803,6 +821,7 @@ def main(argv):
   total = len(todo) if _MAX_RUNS.value is None else min(_MAX_RUNS.value, len(todo))
 
   failed, launched, table, going = [], 0, None, frozenset()
+  environment = run_environment(_PARALLEL.value)
   active: list[Launched] = []
   ended: queue.Queue = queue.Queue()
   previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -816,7 +835,7 @@ def main(argv):
         launched += 1
         print(f"[sweep] run {launched}/{total}: {r.arm} ws{r.warm_start} seed{r.seed} ({state(r.workdir)}): "
               f"python {shlex.join(r.command[1:])}", flush=True)
-        active.append(Launched(r, echo=_PARALLEL.value == 1, ended=ended))
+        active.append(Launched(r, echo=_PARALLEL.value == 1, ended=ended, env=environment))
       if not active:
         break
       try:

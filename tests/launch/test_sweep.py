@@ -449,7 +449,8 @@ PARALLEL_TRAINER = FAKE_TRAINER.replace(FAIL_CHECK, textwrap.dedent("""
       os.remove(marker)
     os.makedirs(os.path.join(workdir, "checkpoints", "0"), exist_ok=True)
     with open(os.environ["FAKE_LOG"], "a") as f:
-      f.write(json.dumps({"workdir": workdir, "computing_beside": computing}) + "\\n")
+      f.write(json.dumps({"workdir": workdir, "computing_beside": computing,
+                          "mem_fraction": os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")}) + "\\n")
     if os.environ.get("FAKE_BARRIER"):
       open(os.path.join(scratch, "arrived_" + workdir.replace(os.sep, "_")), "w").close()
       deadline = time.time() + 60
@@ -479,6 +480,8 @@ def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(
   assert sorted(os.path.relpath(r["workdir"], root / "m1") for r in started) == ["p_failure=0/ws0_seed0",
                                                                                  "p_failure=0/ws1_seed0"]
   assert all(r["computing_beside"] == [] for r in started)  # never two runs computing one warm start
+  # Each of the two gets its share of a GPU's memory (here 0.45, unless this environment chose otherwise).
+  assert {r["mem_fraction"] for r in started} == {sweep_py.run_environment(2).get("XLA_PYTHON_CLIENT_MEM_FRACTION")}
   assert "launched 2, failed 0, 2 of 8 complete" in first.stdout
   run_dir = root / "m1" / "p_failure=0" / "ws0_seed0"
   assert "stdout of" in (run_dir / "sweep_stdout.log").read_text()  # each run's output in its own logs
@@ -498,6 +501,16 @@ def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(
       "p_failure=0.25/ws1_seed1"]
   assert "launched 1, failed 0, 8 of 8 complete" in third.stdout
   assert "| p_failure=0.25 | trained / train | 4 |" in (root / "compare" / "compare.md").read_text()
+
+
+def test_runs_side_by_side_share_a_gpu_unless_the_environment_says_how_jax_allocates():
+  clean = {"PATH": "/bin"}
+  assert sweep_py.run_environment(1, clean) == clean  # one run at a time: JAX's own default
+  assert sweep_py.run_environment(2, clean) == {**clean, "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.450"}
+  assert sweep_py.run_environment(3, clean)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.300"
+  for name, value in (("XLA_PYTHON_CLIENT_MEM_FRACTION", ".2"), ("XLA_CLIENT_MEM_FRACTION", ".2"),
+                      ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"), ("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")):
+    assert sweep_py.run_environment(3, {**clean, name: value}) == {**clean, name: value}
 
 
 # A run that never ends by itself; on SIGTERM it either "saves" once every run going has had a SIGTERM too
