@@ -21,3 +21,24 @@ def gcs(tmp_path_factory):
   with gcs_emulator.emulator(GCS_BUCKET, str(tmp_path_factory.mktemp("gcs"))) as url, \
       gcs_emulator.this_process_on(url):
     yield url
+
+
+# A model a tenth of the tiny one's compute (2 layers of width 64, the tiny tokenizer), for the end-to-end tests of
+# the run's mechanics: exact resume, buckets, overlapped rollouts, several processes. What they check holds for any
+# model; the tiny model's own behaviour (learning, parity with transformers) is tested with the tiny model.
+NANO = dict(hidden_size=64, intermediate_size=128, num_layers=2, head_dim=8)  # the tiny's 8 heads, 4 for K and V
+
+
+@pytest.fixture(scope="session")
+def nano_checkpoint(tmp_path_factory) -> str:
+  """The nano model (random weights) as a local Hugging Face directory, as a user's own checkpoint is given:
+  `--config.model.checkpoint=<it>`."""
+  import jax
+
+  from explore_jax import hf
+  from explore_jax.models import Model
+  from explore_jax.models.config import PRESETS
+
+  config = PRESETS["tiny"].replace(**NANO)
+  params = Model(config).init(jax.random.key(0))
+  return hf.save_pretrained(str(tmp_path_factory.mktemp("nano")), config, params, hf.load_tokenizer(hf.TINY_ASSETS))

@@ -38,16 +38,18 @@ def environment(url, cache):
   return {**env, **gcs_emulator.environment(url), "EXPLORE_JAX_CACHE": str(cache)}
 
 
-def launch(script, *args, cache, url):
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", script), *SMALL, *args],
+def launch(script, *args, cache, url, checkpoint):
+  """launch/<script> on SMALL and the model in `checkpoint` (conftest's nano_checkpoint); returns its output."""
+  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", script), *SMALL,
+                        f"--config.model.checkpoint={checkpoint}", *args],
                        capture_output=True, text=True, timeout=900, cwd=REPO, env=environment(url, cache))
   assert run.returncode == 0, run.stderr[-3000:]
   return run.stdout
 
 
-def train(workdir, iterations, *, cache, url):
+def train(workdir, iterations, *, cache, url, checkpoint):
   return launch("train.py", f"--workdir={workdir}", f"--config.train.num_iterations={iterations}", cache=cache,
-                url=url)
+                url=url, checkpoint=checkpoint)
 
 
 def read(path, mode="r"):
@@ -61,19 +63,19 @@ def comparable(text):
 
 
 @pytest.mark.slow
-def test_a_run_in_a_bucket_resumes_there_and_matches_a_local_run(gcs, tmp_path):
-  cache = tmp_path / "cache"
+def test_a_run_in_a_bucket_resumes_there_and_matches_a_local_run(gcs, tmp_path, nano_checkpoint):
+  where = dict(cache=tmp_path / "cache", url=gcs, checkpoint=nano_checkpoint)
   local = str(tmp_path / "local")
-  train(local, 2, cache=cache, url=gcs)  # the reference: two iterations, uninterrupted, on disk
+  train(local, 2, **where)  # the reference: two iterations, uninterrupted, on disk
 
   run = "gs://test-bucket/runs/keydoor"
-  out = train(run, 1, cache=cache, url=gcs)
+  out = train(run, 1, **where)
   assert f"[done] run directory: {run}" in out
   assert not os.path.exists(os.path.join(REPO, "gs:"))  # no local directory named after the scheme
   with storage.open(f"{run}/metrics.jsonl") as f:
     assert [r["iteration"] for r in comparable(f.read())] == [0, 1]
   # The same command for two iterations resumes from the bucket's checkpoint of iteration 1.
-  out = train(run, 2, cache=cache, url=gcs)
+  out = train(run, 2, **where)
   assert f"[resume] from iteration 1 in {run}/checkpoints" in out
 
   for name in RUN_FILES:
@@ -96,7 +98,7 @@ def test_a_run_in_a_bucket_resumes_there_and_matches_a_local_run(gcs, tmp_path):
     assert origin["start_digest"] == json.load(f)["start_digest"]
 
   # The bucket's checkpoint evaluated as on disk (tests/launch/test_train_cli.py), its files beside it.
-  out = launch("eval.py", f"--run={run}", "--samples=2", "--splits=held-out", "--transcripts=1", cache=cache, url=gcs)
+  out = launch("eval.py", f"--run={run}", "--samples=2", "--splits=held-out", "--transcripts=1", **where)
   assert f"[eval] {run}/eval-2" in out
   evaluated = json.loads(read(f"{run}/eval-2/summary.json"))
   assert evaluated["step 2 / held-out"]["pass_at_k"] == summary["trained / held-out"]["pass_at_k"]
@@ -105,7 +107,7 @@ def test_a_run_in_a_bucket_resumes_there_and_matches_a_local_run(gcs, tmp_path):
   # The bucket's checkpoint exported to a local Hugging Face directory, as the local run's is.
   exported = {}
   for name, source in (("bucket", run), ("local", local)):
-    out = launch("export.py", f"--run={source}", f"--output={tmp_path / ('export-' + name)}", cache=cache, url=gcs)
+    out = launch("export.py", f"--run={source}", f"--output={tmp_path / ('export-' + name)}", **where)
     assert f"[export] step 2: the policy as a Hugging Face checkpoint in {tmp_path / ('export-' + name)}" in out
     exported[name] = {f: open(tmp_path / f"export-{name}" / f, "rb").read()
                       for f in sorted(os.listdir(tmp_path / f"export-{name}"))}

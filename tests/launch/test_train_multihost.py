@@ -29,15 +29,16 @@ REDUCED = ("update/entropy", "update/ratio_mean")
 
 
 @pytest.mark.slow
-def test_two_process_run_matches_one_process(tmp_path):
+def test_two_process_run_matches_one_process(tmp_path, nano_checkpoint):
   train = os.path.join(REPO, "launch", "train.py")
+  small = (*SMALL, f"--config.model.checkpoint={nano_checkpoint}")
   coordinator = f"127.0.0.1:{free_port()}"
   multi, single = tmp_path / "multi", tmp_path / "single"
-  workers = [([sys.executable, train, *SMALL, "--config.rollout.num_actors=1", f"--workdir={multi}",
+  workers = [([sys.executable, train, *small, "--config.rollout.num_actors=1", f"--workdir={multi}",
                f"--config.distributed.coordinator_address={coordinator}", "--config.distributed.num_processes=2",
                f"--config.distributed.process_id={i}"], cpu_env(4)) for i in range(2)]
   # Two actors in one process: the same sampler batch (actors x envs x processes rows) as one actor in each.
-  reference = ([sys.executable, train, *SMALL, "--config.rollout.num_actors=2", f"--workdir={single}"], cpu_env(8))
+  reference = ([sys.executable, train, *small, "--config.rollout.num_actors=2", f"--workdir={single}"], cpu_env(8))
   run_together(workers + [reference], str(tmp_path), "train", TIMEOUT_S)
 
   rows = {name: [json.loads(line) for line in open(d / "metrics.jsonl")] for name, d in (("multi", multi),

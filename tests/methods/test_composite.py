@@ -64,8 +64,9 @@ def test_two_parts_that_both_set_the_prompt_are_rejected():
     make_method(coding.get_config("rnd+rnd"))
 
 
-def _small(method):
+def _small(method, checkpoint):
   c = coding.get_config(method)
+  c.model.checkpoint = checkpoint
   c.sft.enabled = False
   c.mesh.shape = (2, 1, 4)
   c.rollout.num_tasks, c.rollout.group_size, c.rollout.task_pool = 2, 2, 2
@@ -77,11 +78,11 @@ def _small(method):
 
 
 @pytest.mark.slow
-def test_sge_plus_rnd_trains_end_to_end_and_resumes(tmp_path):
+def test_sge_plus_rnd_trains_end_to_end_and_resumes(tmp_path, nano_checkpoint):
   from explore_jax.train import loop
   from explore_jax.train.builder import build
 
-  c = _small("sge+rnd")
+  c = _small("sge+rnd", nano_checkpoint)
   parts = build(c, str(tmp_path))
   history = loop.run(parts)
   rows = [r for r in history if r["iteration"] > 0]

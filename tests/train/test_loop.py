@@ -25,12 +25,13 @@ SMALL = [
 ]
 
 
-def launch(workdir, *extra, cache):
+def launch(workdir, *extra, cache, checkpoint):
+  """train.py on SMALL and the model in `checkpoint` (conftest's nano_checkpoint), in the background."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["EXPLORE_JAX_CACHE"] = str(cache)
   return subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "train.py"), f"--workdir={workdir}",
-                           *SMALL, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+                           *SMALL, f"--config.model.checkpoint={checkpoint}", *extra], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def rows(workdir):
@@ -50,10 +51,10 @@ def comparable(row):
 
 
 @pytest.mark.slow
-def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
+def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path, nano_checkpoint):
   cache = tmp_path / "cache"
   # The reference: three iterations without interruption.
-  ref = launch(tmp_path / "ref", "--config.train.num_iterations=3", cache=cache)
+  ref = launch(tmp_path / "ref", "--config.train.num_iterations=3", cache=cache, checkpoint=nano_checkpoint)
   out, err = ref.communicate(timeout=900)
   assert ref.returncode == 0, err[-3000:]
   reference = rows(tmp_path / "ref")
@@ -69,7 +70,7 @@ def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
   assert os.listdir(tmp_path / "ref" / "tensorboard")
 
   # The same command killed with SIGKILL after its first iteration, then started again.
-  run = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache)
+  run = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache, checkpoint=nano_checkpoint)
   deadline = time.time() + 600
   while time.time() < deadline:
     if os.path.exists(tmp_path / "run" / "metrics.jsonl") and len(rows(tmp_path / "run")) >= 2:
@@ -78,7 +79,7 @@ def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
     time.sleep(0.2)
   run.send_signal(signal.SIGKILL)
   run.communicate()
-  resumed = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache)
+  resumed = launch(tmp_path / "run", "--config.train.num_iterations=3", cache=cache, checkpoint=nano_checkpoint)
   out, err = resumed.communicate(timeout=900)
   assert resumed.returncode == 0, err[-3000:]
   assert "[resume] from iteration" in out
@@ -87,7 +88,7 @@ def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
   # SIGTERM once iteration 0's evaluation is written, with no checkpoint due before the end: the run finishes
   # the iteration it is in, saves it, exits 143; started again, it makes the same run as the reference.
   polite = ("--config.train.num_iterations=3", "--config.checkpoint.every=3")
-  run = launch(tmp_path / "term", *polite, cache=cache)
+  run = launch(tmp_path / "term", *polite, cache=cache, checkpoint=nano_checkpoint)
   assert wait_until(lambda: _rows_written(tmp_path / "term") or run.poll() is not None, timeout_s=600) \
       and run.poll() is None, run.communicate()[1][-3000:]
   run.send_signal(signal.SIGTERM)
@@ -97,7 +98,7 @@ def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path):
   kept = sorted(int(step) for step in os.listdir(tmp_path / "term" / "checkpoints") if step.isdigit())
   written = [r["iteration"] for r in rows(tmp_path / "term")]
   assert kept[0] == 0 and kept[-1] == written[-1] in (1, 2), (kept, written)  # nothing done was lost
-  resumed = launch(tmp_path / "term", *polite, cache=cache)
+  resumed = launch(tmp_path / "term", *polite, cache=cache, checkpoint=nano_checkpoint)
   out, err = resumed.communicate(timeout=900)
   assert resumed.returncode == 0, err[-3000:]
   assert f"[resume] from iteration {kept[-1]}" in out

@@ -138,9 +138,9 @@ OVERLAP = ["--config.rollout.max_staleness=1", "--config.checkpoint.every=2", "-
 
 
 @pytest.mark.slow
-def test_an_overlapped_run_is_reproducible_and_resumes_exactly(tmp_path):
+def test_an_overlapped_run_is_reproducible_and_resumes_exactly(tmp_path, nano_checkpoint):
   cache = tmp_path / "cache"
-  ref = launch(tmp_path / "ref", *OVERLAP, cache=cache)
+  ref = launch(tmp_path / "ref", *OVERLAP, cache=cache, checkpoint=nano_checkpoint)
   _, err = ref.communicate(timeout=900)
   assert ref.returncode == 0, err[-3000:]
   reference = rows(tmp_path / "ref")
@@ -156,13 +156,13 @@ def test_an_overlapped_run_is_reproducible_and_resumes_exactly(tmp_path):
 
   # The same command killed with SIGKILL once iteration 2 is written, then started again: it resumes from its
   # last checkpoint (a synchronisation point of the schedule) and makes the same run.
-  run = launch(tmp_path / "run", *OVERLAP, cache=cache)
+  run = launch(tmp_path / "run", *OVERLAP, cache=cache, checkpoint=nano_checkpoint)
   written = lambda: (tmp_path / "run" / "metrics.jsonl").exists() and len(rows(tmp_path / "run")) >= 3
   assert wait_until(lambda: written() or run.poll() is not None, timeout_s=900) and run.poll() is None, \
       run.communicate()[1][-3000:]
   run.send_signal(signal.SIGKILL)
   run.communicate()
-  resumed = launch(tmp_path / "run", *OVERLAP, cache=cache)
+  resumed = launch(tmp_path / "run", *OVERLAP, cache=cache, checkpoint=nano_checkpoint)
   out, err = resumed.communicate(timeout=900)
   assert resumed.returncode == 0, err[-3000:]
   assert "[resume] from iteration" in out
