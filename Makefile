@@ -47,7 +47,7 @@ run: $(VENV)/.installed
 	$(PY) launch/train.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: browser $(VENV)/.installed-dev
-	$(PY) -m pytest -n 2 --dist=loadfile tests
+	$(PY) -m pytest -n 2 --dist=loadfile --no-loadscope-reorder tests
 
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/sampler.py

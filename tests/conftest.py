@@ -1,5 +1,5 @@
-"""Test setup: eight fake CPU devices for sharding tests (XLA_FLAGS must be set before jax loads); a local Cloud
-Storage emulator for the tests of bucket run directories."""
+"""Test setup: eight fake CPU devices for sharding tests (XLA_FLAGS must be set before jax loads); the files with
+slow tests first; a local Cloud Storage emulator for the tests of bucket run directories; a nano model."""
 import os
 
 import pytest
@@ -9,6 +9,13 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}".strip()
 
 GCS_BUCKET = "test-bucket"
+
+
+def pytest_collection_modifyitems(config, items):
+  """Files with a slow test run first. `make test` hands whole files to its two workers (--dist=loadfile) in
+  collection order, so a long file collected last would finish alone while the other worker sits idle."""
+  slow = {item.path for item in items if item.get_closest_marker("slow")}
+  items.sort(key=lambda item: item.path not in slow)  # stable: the order within each part is kept
 
 
 @pytest.fixture(scope="session")
