@@ -18,8 +18,12 @@ The browser:
   When this process closes the pipe -- `close()`, garbage collection of the environment, or this process
   dying in any way, SIGKILL included -- the guardian kills its whole process group, so no browser outlives
   its environment (a parent-death signal would not do: it fires when the *thread* that started the child
-  ends, and EnvServer makes environments in request threads). selenium talks to that chromedriver, which attaches
-  to the running Chromium, with a per-command timeout (`timeout_s`) and no proxy.
+  ends, and EnvServer makes environments in request threads). The browser's files (its profile, its log and
+  Chromium's own temporary folders, as Chromium's TMPDIR is that folder) live in one temporary folder, which
+  `close()` removes; should this process die first, a remover in a session of its own, waiting on the same
+  pipe, removes it once the group is gone. (Chromium's socket, <that folder>/org.chromium.Chromium.XXXXXX/
+  SingletonSocket, must stay under 108 characters: keep TMPDIR short.) selenium talks to that chromedriver,
+  which attaches to the running Chromium, with a per-command timeout (`timeout_s`) and no proxy.
 - Faults: every browser call goes through `Browser.call`; a failure raises `MiniWoBBrowserError`, which
   says whether Chromium or chromedriver died (with Chromium's last stderr lines). A step that fails ends its episode
   (the error propagates: an actor drops that episode and discards the environment); the next reset()
@@ -144,6 +148,14 @@ echo "$!"
 cat >/dev/null
 kill -KILL 0
 """
+# The remover: waits on the same pipe as the guardian (so it wakes when this process dies, however it dies),
+# then for the guardian's process group to be gone (10 s at most), and removes the browser's folder ($0).
+_REMOVER = r"""
+cat >/dev/null
+i=0
+while kill -0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+exec rm -rf -- "$0"
+"""
 _FAILURES = (WebDriverException, Urllib3Error, OSError, TimeoutError)
 
 _MODIFIER_KEYS = {"Ctrl": Keys.CONTROL, "Alt": Keys.ALT, "Shift": Keys.SHIFT, "Meta": Keys.META}
@@ -206,14 +218,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _stop(guardian: subprocess.Popen, driver: Any, workdir: str) -> None:
+def _stop(guardian: subprocess.Popen, remover: subprocess.Popen, lifeline: Any, driver: Any, workdir: str) -> None:
   if driver is not None:
     try:
       driver.command_executor.close()  # the HTTP pool only: chromedriver goes with the group
     except Exception:
       pass
   try:
-    guardian.stdin.close()  # EOF: the guardian kills its process group
+    lifeline.close()  # EOF: the guardian kills its process group
     guardian.wait(timeout=5)
   except Exception:
     try:
@@ -222,6 +234,8 @@ def _stop(guardian: subprocess.Popen, driver: Any, workdir: str) -> None:
       pass
     guardian.wait()
   shutil.rmtree(workdir, ignore_errors=True)
+  remover.kill()  # the folder is gone already
+  remover.wait()
 
 
 class Browser:
@@ -242,6 +256,8 @@ class Browser:
     self.page: str | None = None        # the task whose page is loaded
     self.failed = False                 # a call failed: the next ensure_running() starts a new browser
     self._guardian: subprocess.Popen | None = None
+    self._remover: subprocess.Popen | None = None
+    self._lifeline: Any = None  # the write end of the pipe the guardian and the remover wait on
     self._workdir = ""
     self._finalizer: weakref.finalize | None = None
 
@@ -256,11 +272,25 @@ class Browser:
     self._workdir = tempfile.mkdtemp(prefix="explore_jax-miniwob-")
     profile, log = os.path.join(self._workdir, "profile"), os.path.join(self._workdir, "chromium.log")
     port = _free_port()
-    self._guardian = subprocess.Popen(
-        ["sh", "-c", _GUARDIAN, "explore_jax-browser", self.chromedriver, str(port), log, self.chrome,
-         *_CHROME_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    self._finalizer = weakref.finalize(self, _stop, self._guardian, None, self._workdir)
+    read_end, write_end = os.pipe()
+    try:
+      self._guardian = subprocess.Popen(
+          ["sh", "-c", _GUARDIAN, "explore_jax-browser", self.chromedriver, str(port), log, self.chrome,
+           *_CHROME_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+          stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+          env={**os.environ, "TMPDIR": self._workdir})  # Chromium's own temporary folders, which SIGKILL leaves
+      self._remover = subprocess.Popen(
+          ["sh", "-c", _REMOVER, self._workdir, str(self._guardian.pid)], stdin=read_end,
+          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+      os.close(write_end)  # a guardian already started stops with its pipe
+      shutil.rmtree(self._workdir, ignore_errors=True)
+      raise
+    finally:
+      os.close(read_end)
+    self._lifeline = os.fdopen(write_end, "wb")
+    self._finalizer = weakref.finalize(self, _stop, self._guardian, self._remover, self._lifeline, None,
+                                       self._workdir)
     self.starts += 1
     self.failed = False
     try:
@@ -276,7 +306,8 @@ class Browser:
           client_config=ClientConfig(url, keep_alive=True, timeout=self.timeout_s))
       self.driver = webdriver.Remote(command_executor=connection, options=options)
       self._finalizer.detach()
-      self._finalizer = weakref.finalize(self, _stop, self._guardian, self.driver, self._workdir)
+      self._finalizer = weakref.finalize(self, _stop, self._guardian, self._remover, self._lifeline, self.driver,
+                                         self._workdir)
       self.driver.set_page_load_timeout(self.timeout_s)
       self.driver.set_script_timeout(self.timeout_s)
       self.viewport = tuple(self.driver.execute_script("return [window.innerWidth, window.innerHeight];"))
@@ -331,7 +362,8 @@ class Browser:
     if self._finalizer is not None:
       self._finalizer()  # runs _stop at most once
     self._finalizer = None
-    self._guardian, self.driver, self.pid, self.driver_pid, self.page = None, None, None, None, None
+    self._guardian, self._remover, self._lifeline = None, None, None
+    self.driver, self.pid, self.driver_pid, self.page = None, None, None, None
 
   def _wait_for_devtools(self, path: str) -> int:
     deadline = time.monotonic() + _START_TIMEOUT_S

@@ -7,9 +7,11 @@ environment (a browser takes about half a second to start) serves the tests that
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import gymnasium
@@ -435,23 +437,42 @@ def test_a_browser_killed_mid_episode_ends_only_that_episode_and_reset_starts_a_
     env.close()
 
 
-def test_no_browser_outlives_its_environment_or_its_process():
+def test_no_browser_or_its_files_outlive_its_environment_or_its_process(monkeypatch):
+  # Every temporary file goes under TMPDIR: the browser's folder, and Chromium's own folders inside it. Two short
+  # folders in the system's temporary folder: Chromium's socket path in them must stay under 108 characters.
+  closed, killed = tempfile.mkdtemp(prefix="closed-"), tempfile.mkdtemp(prefix="killed-")
+  try:
+    _check_no_browser_or_its_files_outlive(closed, killed, monkeypatch)
+  finally:
+    shutil.rmtree(closed, ignore_errors=True)
+    shutil.rmtree(killed, ignore_errors=True)
+
+
+def _check_no_browser_or_its_files_outlive(closed, killed, monkeypatch):
+  monkeypatch.setenv("TMPDIR", closed)
+  monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
   env = MiniWoBEnv(task="click-test")
+  env.reset(seed=0)
   pids = [env.browser.pid, env.browser.driver_pid]
+  assert os.listdir(closed)
   env.close()
   env.close()
   assert wait_until(lambda: all(gone(p) for p in pids))
-  # A process killed outright (SIGKILL: no finalizer runs) takes its browser along.
+  assert os.listdir(closed) == []
+  # A process killed outright (SIGKILL: no finalizer runs) takes its browser and the browser's files along.
   code = ("from explore_jax.envs.miniwob import MiniWoBEnv\n"
           "env = MiniWoBEnv(task='click-test'); env.reset(seed=0)\n"
           "print(env.browser.pid, env.browser.driver_pid, flush=True)\n"
           "import time; time.sleep(60)\n")
   child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "TMPDIR": killed},
                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   try:
     pids = [int(p) for p in child.stdout.readline().split()]
     assert len(pids) == 2 and not any(gone(p) for p in pids)
+    assert os.listdir(killed)
   finally:
     child.kill()
     child.wait()
   assert wait_until(lambda: all(gone(p) for p in pids))
+  assert wait_until(lambda: not os.listdir(killed), timeout_s=60), os.listdir(killed)
