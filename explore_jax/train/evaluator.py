@@ -36,6 +36,9 @@ PASS_AT_K_STREAM = 1_000_003
 TRAIN, HELD_OUT = "train", "held-out"
 # In the warm start's pass@k cache key: entries cached when its samples came from the RL seed's key are not read.
 WARM_SAMPLES_FROM = "sft.seed"
+# A sampled row's bits depend on its width (rollout.prompt_width_bucket), so another width is in that key too;
+# the width every entry before it was sampled at is not, so that those entries keep their keys.
+UNKEYED_PROMPT_WIDTH = 64
 
 
 class Evaluator:
@@ -131,10 +134,11 @@ class Evaluator:
     """
     c = self.config
     path = os.path.join(workdir, WARM_PASS_AT_K)
+    width = c.rollout.get("prompt_width_bucket", UNKEYED_PROMPT_WIDTH)
     cache = os.path.join(cache_lib.warm_start_evaluations_dir(warm_start_key), config_hash(
         warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
         c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool,  # task_pool: the held-in set
-        WARM_SAMPLES_FROM) + ".json")
+        WARM_SAMPLES_FROM, *([{"prompt_width_bucket": width}] if width != UNKEYED_PROMPT_WIDTH else [])) + ".json")
     cached = c.sft.enabled and jax.process_count() == 1
     if cached and os.path.exists(cache):
       storage.copy(cache, path)

@@ -186,6 +186,26 @@ def test_a_more_split_that_repeats_a_task_set_is_named(more_splits):
     _split_evaluator(more_splits).task_sets()
 
 
+def test_the_warm_start_pass_at_k_cache_is_kept_per_prompt_width(tmp_path, monkeypatch):
+  """A sampled row's bits depend on its prompt width bucket, so a warm start's pass@k cached at one width is
+  not read by a run at another; at 64, the width of every entry cached before the width was keyed, a run reads
+  the entries cached without it."""
+  monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "cache"))
+
+  def evaluate(run, width=None):
+    evaluator, pool = _split_evaluator([]), _Pool()
+    if width is not None:
+      evaluator.config.rollout.prompt_width_bucket = width
+    (tmp_path / run).mkdir()
+    evaluator.warm_start_pass_at_k(pool, None, str(tmp_path / run), "ws", log=lambda _: None)
+    return len(pool.seeds)  # the task sets it sampled: 0 where it read the cache
+
+  assert evaluate("unkeyed") == 2  # train and held-out
+  assert evaluate("at64", 64) == 0
+  assert evaluate("at128", 128) == 2
+  assert evaluate("at128again", 128) == 0 and evaluate("again", None) == 0
+
+
 def test_a_resumed_run_computes_the_warm_start_pass_at_k_of_a_task_set_its_file_lacks(tmp_path, monkeypatch):
   """A run whose warm-start file predates a split added to eval.more_splits lacks it; computed again, the file
   has every set, and the sets it had keep their numbers (the same streams)."""
