@@ -14,6 +14,13 @@ def root() -> str:
   return os.path.abspath(os.environ.get("EXPLORE_JAX_CACHE", os.path.expanduser("~/.cache/explore_jax")))
 
 
+def xla_root() -> str:
+  """Where compiled XLA programs are kept (train/xla_cache.py: a folder per machine tag): EXPLORE_JAX_XLA_CACHE,
+  else <root>/xla. A variable of its own, so that runs with a fresh cache root (a clean warm start, a test's)
+  can still load what was compiled before: a loaded program is the one compiled then, so no result changes."""
+  return os.path.abspath(os.environ.get("EXPLORE_JAX_XLA_CACHE", os.path.join(root(), "xla")))
+
+
 def warm_start_dir(key: str) -> str:
   """Where the SFT warm start of `key` (train/warm_start.py's warm_start_key) is cached: an orbax checkpoint
   directory whose one committed step holds the warm-started parameters."""

@@ -1,12 +1,20 @@
-"""Test setup: eight fake CPU devices for sharding tests (XLA_FLAGS must be set before jax loads); the files with
-slow tests first; a local Cloud Storage emulator for the tests of bucket run directories; a nano model."""
+"""Test setup: eight fake CPU devices for sharding tests (XLA_FLAGS must be set before jax loads); one store of
+compiled programs for every run; the files with slow tests first; a local Cloud Storage emulator for the tests of
+bucket run directories; a nano model."""
 import os
 
 import pytest
 
+from explore_jax import cache
+
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}".strip()
+
+# Runs the tests start share the machine's compiled programs (train/xla_cache.py), those with a fresh cache root of
+# their own too: a loaded program is the one compiled before, so no result changes, and a run compiles only what
+# no earlier run on this machine did.
+os.environ.setdefault("EXPLORE_JAX_XLA_CACHE", cache.xla_root())
 
 GCS_BUCKET = "test-bucket"
 

@@ -29,6 +29,7 @@ def launch(workdir, *extra, cache, checkpoint):
   """train.py on SMALL and the model in `checkpoint` (conftest's nano_checkpoint), in the background."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["EXPLORE_JAX_CACHE"] = str(cache)
+  env["EXPLORE_JAX_XLA_CACHE"] = os.path.join(cache, "xla")  # its own: the first run compiles, the resumed loads
   return subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "train.py"), f"--workdir={workdir}",
                            *SMALL, f"--config.model.checkpoint={checkpoint}", *extra], cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
