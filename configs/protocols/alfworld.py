@@ -63,7 +63,7 @@ ARMS += (("gigpo_alfworld_small_ws2048_fresh_kl_it60", "configs/gigpo_alfworld.p
 # what its runs test.
 # Its periodic held-out evaluation is every 20 iterations, not 5: the three runs to iteration 58-59 of one H100
 # loan (docs/results.md) found it flat every 5 iterations, and the protocol's result is the final pass@k, which
-# those runs missed by ~100 s; nine fewer evaluations (~5 s each) and the loan's calls used whole fit the arm.
+# those runs missed by ~100 s; nine fewer evaluations (~5 s each) and the loan's calls used whole may just fit it.
 PROMPT_TOKENS_LISTED = 640
 LISTED = ("--config.env.kwargs.max_receptacles=10", "--config.env.kwargs.list_actions=True",
           "--config.sft.steps=600", "--config.sft.oracle_episodes=512",
