@@ -21,9 +21,9 @@ The browser:
   ends, and EnvServer makes environments in request threads). The browser's files (its profile, its log and
   Chromium's own temporary folders, as Chromium's TMPDIR is that folder) live in one temporary folder, which
   `close()` removes; should this process die first, a remover in a session of its own, waiting on the same
-  pipe, removes it once the group is gone. (Chromium's socket, <that folder>/org.chromium.Chromium.XXXXXX/
-  SingletonSocket, must stay under 108 characters: keep TMPDIR short.) selenium talks to that chromedriver,
-  which attaches to the running Chromium, with a per-command timeout (`timeout_s`) and no proxy.
+  pipe, removes it once the group is gone. (Chromium's socket, <that folder>/org.chromium.Chromium.<6 random
+  characters>/SingletonSocket, must stay under 108 characters: keep TMPDIR short.) selenium talks to that
+  chromedriver, which attaches to the running Chromium, with a per-command timeout (`timeout_s`) and no proxy.
 - Faults: every browser call goes through `Browser.call`; a failure raises `MiniWoBBrowserError`, which
   says whether Chromium or chromedriver died (with Chromium's last stderr lines). A step that fails ends its episode
   (the error propagates: an actor drops that episode and discards the environment); the next reset()

@@ -437,18 +437,19 @@ def test_a_browser_killed_mid_episode_ends_only_that_episode_and_reset_starts_a_
     env.close()
 
 
-def test_no_browser_or_its_files_outlive_its_environment_or_its_process(monkeypatch):
-  # Every temporary file goes under TMPDIR: the browser's folder, and Chromium's own folders inside it. Two short
-  # folders in the system's temporary folder: Chromium's socket path in them must stay under 108 characters.
-  closed, killed = tempfile.mkdtemp(prefix="closed-"), tempfile.mkdtemp(prefix="killed-")
-  try:
-    _check_no_browser_or_its_files_outlive(closed, killed, monkeypatch)
-  finally:
-    shutil.rmtree(closed, ignore_errors=True)
-    shutil.rmtree(killed, ignore_errors=True)
+@pytest.fixture
+def short_tmpdirs():
+  """Two folders in the system's temporary folder, not pytest's deeper tmp_path: Chromium's socket path inside
+  a TMPDIR must stay under 108 characters."""
+  dirs = [tempfile.mkdtemp(prefix=p) for p in ("closed-", "killed-")]
+  yield dirs
+  for d in dirs:
+    shutil.rmtree(d, ignore_errors=True)
 
 
-def _check_no_browser_or_its_files_outlive(closed, killed, monkeypatch):
+def test_no_browser_or_its_files_outlive_its_environment_or_its_process(short_tmpdirs, monkeypatch):
+  # Every temporary file goes under TMPDIR: the browser's folder, and Chromium's own folders inside it.
+  closed, killed = short_tmpdirs
   monkeypatch.setenv("TMPDIR", closed)
   monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
   env = MiniWoBEnv(task="click-test")
