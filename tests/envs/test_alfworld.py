@@ -144,6 +144,17 @@ def test_max_receptacles_draws_games_from_the_smaller_rooms_only_and_they_play(c
     env.close()
   with pytest.raises(ValueError, match="max_receptacles must be a positive int"):
     generate.host_rooms("train", "pick_and_place_simple", 0)
+  # The environment takes 0 for no limit (a command-line flag cannot write None): the same games as None.
+  every = [ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=limit)
+           for limit in (0, None)]
+  try:
+    assert every[0].max_receptacles is None
+    assert [every[0].game_spec(i) for i in range(12)] == [every[1].game_spec(i) for i in range(12)]
+  finally:
+    for e in every:
+      e.close()
+  with pytest.raises(ValueError, match="max_receptacles must be a positive int"):
+    ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=False)
   with pytest.raises(ValueError, match="no train room with at most 1 receptacles can host"):
     ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=1)
 

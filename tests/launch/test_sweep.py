@@ -247,6 +247,12 @@ def test_the_text_world_protocol_plans_every_world_and_method():
     for method in ("gigpo", "grpo"):  # each world and method is an arm of its own (and the base of variants)
       assert sum(f"/{method}_{world}/ws" in line for line in lines) == protocol.WARM_STARTS
       assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) >= protocol.WARM_STARTS
+  # The ALFWorld arms keep the tiny config they were planned on (every room, the short warm start), whatever
+  # the config's default now is.
+  first = [line for line in lines if "/gigpo_alfworld/" in line or "/grpo_alfworld/" in line]
+  assert first and all(line.endswith(" ".join(protocol.ALFWORLD_FIRST_TINY)) for line in first)
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
 
 def test_the_gui_protocol_plans_three_runs_of_fresh_instances():

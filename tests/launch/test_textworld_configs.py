@@ -68,11 +68,13 @@ def test_environments_start_with_the_config_and_prompts_fit(world):
 
 @pytest.mark.parametrize("world", list(textworlds.WORLDS))
 def test_sft_demonstrations_fit_the_token_budgets(world):
-  """Every step of the SFT warm start's gold paths (the config's own request) fits the rollout budgets untruncated:
-  the prompt in max_prompt_tokens, the action and EOS in max_new_tokens (the SFT step refuses longer ones)."""
+  """Every step of the SFT warm start's gold paths (the config's own request, its first 64 episodes at most: an
+  ALFWorld game is generated on first use, ~5 s each) fits the rollout budgets untruncated: the prompt in
+  max_prompt_tokens, the action and EOS in max_new_tokens (the SFT step refuses longer ones)."""
   from explore_jax import hf
   from explore_jax.train import warm_start
   c = textworlds.get_config("gigpo", world)
+  c.sft.oracle_episodes = min(c.sft.oracle_episodes, 64)
   tokenizer = hf.load_tokenizer(TOKENIZER)
   request = warm_start.request(c, ObservationPrompt(system=c.system_prompt))
   encoder = PromptTokenizer(tokenizer, c.rollout.max_prompt_tokens)

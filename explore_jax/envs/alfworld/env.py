@@ -352,8 +352,9 @@ class ALFWorldEnv(TextEnv):
     list_actions: whether the raw observation ends with them ("Actions: a, b, c."; implies
       `admissible`), as the prompts of verl-agent's ALFWorld agents list them.
     cache_dir: where generated games are cached (default EXPLORE_JAX_CACHE or ~/.cache/explore_jax).
-    max_receptacles: generated games only: draw rooms with at most this many receptacles (None: every room;
-      rooms hold 6-51, median 15; at 10, 18 held-in and 5 held-out rooms host pick & place).
+    max_receptacles: generated games only: draw rooms with at most this many receptacles (None or 0: every
+      room, 0 being what a command-line flag can write; rooms hold 6-51, median 15; at 10, 18 held-in and 5
+      held-out rooms host pick & place).
     oracle: "walkthrough" (the planner's path, which knows where the object is) or "search" (what an agent
       that sees only the observation can do, pick & place goals only: go to the room's receptacles in the
       listed order, opening closed ones, until the object shows, take it, then go to the goal's receptacle
@@ -378,6 +379,8 @@ class ALFWorldEnv(TextEnv):
     super().__init__(max_steps=max_steps, render_mode=render_mode)
     self.split = split
     self.task_types = _task_types(task_types)
+    if max_receptacles == 0 and not isinstance(max_receptacles, bool):
+      max_receptacles = None
     self.max_receptacles = max_receptacles
     self.list_actions = bool(list_actions)
     self.admissible = bool(admissible) or self.list_actions
