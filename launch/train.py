@@ -94,7 +94,8 @@ def main(argv):
   from explore_jax.train import preemption
   try:
     history = loop.run(parts)
-  except preemption.Stopped as stopped:  # SIGTERM: the iteration in progress finished and was saved
+  except preemption.Stopped as stopped:  # SIGTERM: the iteration in progress finished and was saved (or a pass@k
+                                         # left between its task sets)
     print(f"[stopped] {stopped}", flush=True)
     sys.exit(128 + signal.SIGTERM)
   last = history[-1] if history else {}

@@ -111,10 +111,15 @@ class Evaluator:
     sets = self.task_sets()
     return "task of " + (f"{', '.join(sets[:-1])} and {sets[-1]}" if len(sets) > 1 else sets[0])
 
-  def pass_at_k_sets(self, pool: ActorPool, params: Any, policy: str,
-                     key: Optional[jax.Array] = None) -> list[evaluation.TaskSetEval]:
-    """pass@k on every task set (task_sets()), in order."""
-    return [self.pass_at_k(pool, params, name, policy=policy, key=key) for name in self.task_sets()]
+  def pass_at_k_sets(self, pool: ActorPool, params: Any, policy: str, key: Optional[jax.Array] = None,
+                     before_each: Callable[[], None] = lambda: None) -> list[evaluation.TaskSetEval]:
+    """pass@k on every task set (task_sets()), in order; `before_each()` is called before each set (the loop
+    leaves there on a SIGTERM: train/preemption.py)."""
+    evals = []
+    for name in self.task_sets():
+      before_each()
+      evals.append(self.pass_at_k(pool, params, name, policy=policy, key=key))
+    return evals
 
   def warm_start_sampling_key(self) -> jax.Array:
     """The key of the warm start's pass@k samples: the warm start's own (sft.seed), not the RL seed's, so that
@@ -122,7 +127,8 @@ class Evaluator:
     return jax.random.key(self.config.sft.seed)
 
   def warm_start_pass_at_k(self, pool: ActorPool, params: Any, workdir: str, warm_start_key: str,
-                           log: Callable[[str], None] = print, *, write: bool = True) -> None:
+                           log: Callable[[str], None] = print, *, write: bool = True,
+                           before_each: Callable[[], None] = lambda: None) -> None:
     """The warm start's pass@k, before any RL, written to the run directory (a resumed run reads it, or, where
     its config now asks for a task set the file lacks, computes it again: the same numbers for the sets it has).
 
@@ -146,7 +152,7 @@ class Evaluator:
       return
     log(f"[pass@k] warm start: {c.eval.passk_samples} samples of each {self.task_sets_text()}")
     sets = [e.to_json() for e in self.pass_at_k_sets(pool, params, evaluation.WARM_START,
-                                                     self.warm_start_sampling_key())]
+                                                     self.warm_start_sampling_key(), before_each)]
     if not write:
       return
     with storage.open(path, "w") as f:

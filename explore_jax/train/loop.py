@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -68,9 +68,19 @@ def run(parts: Parts) -> list[dict[str, Any]]:
     with (parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts,
           preemption.StopRequest() as stop):
       replay = pipeline.make_replay(parts)
+
+      def leave_if_asked(saved: int) -> Callable[[], None]:
+        """Between a pass@k's task sets, whose sampling takes minutes: a SIGTERM leaves there, at the iteration
+        last saved (step 0 is saved before any pass@k, the last iteration before the trained policy's)."""
+        def check() -> None:
+          if stop.agreed():
+            raise preemption.Stopped(saved)
+        return check
+
       if passk and (start == 0 or evaluator.lacks_warm_pass_at_k(parts.workdir)):
         evaluator.warm_start_pass_at_k(pool, learner.state.params if start == 0 else start_params(parts),
-                                       parts.workdir, parts.warm_start_key(), bar.write, write=primary)
+                                       parts.workdir, parts.warm_start_key(), bar.write, write=primary,
+                                       before_each=leave_if_asked(start))
       if start == 0 and c.eval.every > 0:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
@@ -93,7 +103,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
                         **_throughput_postfix(m))
       if passk:
         bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each {evaluator.task_sets_text()}")
-        trained = evaluator.pass_at_k_sets(pool, learner.state.params, evaluation.TRAINED)
+        trained = evaluator.pass_at_k_sets(pool, learner.state.params, evaluation.TRAINED,
+                                           before_each=leave_if_asked(c.train.num_iterations))
   finally:
     bar.close()
     writer.close()

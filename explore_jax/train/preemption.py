@@ -5,7 +5,10 @@ SIGTERM before they kill. Dying at once loses every iteration since the last che
 with iterations of minutes, up to an hour of work. Instead the loop (train/loop.py) asks at the end
 of each iteration whether a stop was requested, and if the run can resume exactly from there (any iteration of a
 synchronous run; an overlapped run's synchronisation points only, train/pipeline.py) saves and raises `Stopped`.
-The same command resumes it. A second SIGTERM ends the process at once, as if no handler were there.
+It asks again before each task set of a pass@k (the warm start's before iteration 1, the trained policy's after
+the last: minutes of sampling each), and leaves at the iteration last saved; the sets not finished are sampled
+when the run resumes. The same command resumes it. A second SIGTERM ends the process at once, as if no handler
+were there.
 
   with StopRequest() as stop:      # the handler lives for the `with` (main thread only)
     for it in ...:

@@ -110,3 +110,47 @@ def test_two_iterations_with_two_actors_then_kill_or_stop_and_resume(tmp_path, n
   assert ref_origin["start_digest"] == run_origin["start_digest"] and len(ref_origin["start_digest"]) == 12
   child = {**provenance.machine(), "xla_flags": ""}  # launch() runs without this process's XLA_FLAGS
   assert [m["tag"] for m in run_origin["machines"]] == [provenance.machine_tag(child)]
+
+
+def test_a_sigterm_in_a_pass_at_k_leaves_before_its_next_task_set_and_the_run_resumes_into_it(
+    tmp_path, nano_checkpoint, monkeypatch):
+  """A pass@k takes minutes: a SIGTERM that arrives while one task set is sampled leaves before the next, at the
+  iteration last saved (step 0 before the warm start's; the last iteration before the trained policy's), and the
+  same run, started again, samples the sets it had not finished and writes the summary."""
+  from configs import grpo_keydoor
+  from explore_jax.train import evaluator as evaluator_lib
+  from explore_jax.train import loop, preemption
+  from explore_jax.train.builder import build
+
+  c = grpo_keydoor.get_config()
+  c.model.checkpoint = nano_checkpoint
+  c.sft.enabled = False
+  c.mesh.shape = (2, 1, 4)
+  c.rollout.num_tasks, c.rollout.group_size, c.rollout.task_pool = 2, 2, 2
+  c.rollout.num_actors, c.rollout.envs_per_actor = 1, 4
+  c.rl.minibatch_size = 8
+  c.train.num_iterations, c.checkpoint.every = 1, 1
+  c.eval.every, c.eval.passk_samples, c.eval.passk_held_out_tasks = 0, 1, 2
+  sampled = []
+  sample = evaluator_lib.Evaluator.pass_at_k
+
+  def pass_at_k(self, pool, params, task_set, *, policy, **kwargs):
+    sampled.append(f"{policy} / {task_set}")
+    if len(sampled) in (1, 4):  # the first run's first set; the second run's first set of the trained policy
+      os.kill(os.getpid(), signal.SIGTERM)  # arrives while this set is sampled
+    return sample(self, pool, params, task_set, policy=policy, **kwargs)
+
+  monkeypatch.setattr(evaluator_lib.Evaluator, "pass_at_k", pass_at_k)
+  with pytest.raises(preemption.Stopped) as stopped:
+    loop.run(build(c, str(tmp_path)))
+  assert stopped.value.iteration == 0 and sampled == ["warm start / train"]
+  assert not (tmp_path / "pass_at_k_warm_start.json").exists()
+  with pytest.raises(preemption.Stopped) as stopped:
+    loop.run(build(c, str(tmp_path)))
+  assert stopped.value.iteration == 1
+  assert sampled[1:] == ["warm start / train", "warm start / held-out", "trained / train"]
+  assert (tmp_path / "pass_at_k_warm_start.json").exists() and not (tmp_path / "summary.json").exists()
+  loop.run(build(c, str(tmp_path)))
+  assert sampled[4:] == ["trained / train", "trained / held-out"]
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert list(summary) == ["warm start / train", "trained / train", "warm start / held-out", "trained / held-out"]
