@@ -16,6 +16,7 @@ from explore_jax.methods.composite import Composite
 from explore_jax.methods.rnd import RND
 from explore_jax.methods.sge import SGE, StrategyPrompt
 from tests.methods.test_sge import _episode, _spec
+from tests.small_runs import small_run
 
 
 def test_sge_plus_rnd_merges_the_two_plug_ins():
@@ -65,12 +66,7 @@ def test_two_parts_that_both_set_the_prompt_are_rejected():
 
 
 def _small(method, checkpoint):
-  c = coding.get_config(method)
-  c.model.checkpoint = checkpoint
-  c.sft.enabled = False
-  c.mesh.shape = (2, 1, 4)
-  c.rollout.num_tasks, c.rollout.group_size, c.rollout.task_pool = 2, 2, 2
-  c.rollout.num_actors, c.rollout.envs_per_actor = 1, 4
+  c = small_run(coding.get_config(method), checkpoint)
   c.train.num_iterations = 2
   c.eval.every, c.eval.passk_samples = 0, 0
   c.checkpoint.every = 1

@@ -12,6 +12,7 @@ import pytest
 
 from explore_jax.train import provenance
 from tests.polling import wait_until
+from tests.small_runs import small_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMING = ("time_", "tokens_per_s", "update/grad_norm", "throughput/")  # wall-clock figures differ between runs
@@ -122,12 +123,7 @@ def test_a_sigterm_in_a_pass_at_k_leaves_before_its_next_task_set_and_the_run_re
   from explore_jax.train import loop, preemption
   from explore_jax.train.builder import build
 
-  c = grpo_keydoor.get_config()
-  c.model.checkpoint = nano_checkpoint
-  c.sft.enabled = False
-  c.mesh.shape = (2, 1, 4)
-  c.rollout.num_tasks, c.rollout.group_size, c.rollout.task_pool = 2, 2, 2
-  c.rollout.num_actors, c.rollout.envs_per_actor = 1, 4
+  c = small_run(grpo_keydoor.get_config(), nano_checkpoint)
   c.rl.minibatch_size = 8
   c.train.num_iterations, c.checkpoint.every = 1, 1
   c.eval.every, c.eval.passk_samples, c.eval.passk_held_out_tasks = 0, 1, 2
