@@ -23,9 +23,10 @@ same metrics.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -68,19 +69,10 @@ def run(parts: Parts) -> list[dict[str, Any]]:
     with (parts.make_pool() as pool, pipeline.RolloutPipeline.from_config(parts, pool) as rollouts,
           preemption.StopRequest() as stop):
       replay = pipeline.make_replay(parts)
-
-      def leave_if_asked(saved: int) -> Callable[[], None]:
-        """Between a pass@k's task sets, whose sampling takes minutes: a SIGTERM leaves there, at the iteration
-        last saved (step 0 is saved before any pass@k, the last iteration before the trained policy's)."""
-        def check() -> None:
-          if stop.agreed():
-            raise preemption.Stopped(saved)
-        return check
-
       if passk and (start == 0 or evaluator.lacks_warm_pass_at_k(parts.workdir)):
         evaluator.warm_start_pass_at_k(pool, learner.state.params if start == 0 else start_params(parts),
                                        parts.workdir, parts.warm_start_key(), bar.write, write=primary,
-                                       before_each=leave_if_asked(start))
+                                       before_each=functools.partial(_leave_if_asked, stop, start))
       if start == 0 and c.eval.every > 0:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
@@ -104,7 +96,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
       if passk:
         bar.write(f"[pass@k] trained policy: {c.eval.passk_samples} samples of each {evaluator.task_sets_text()}")
         trained = evaluator.pass_at_k_sets(pool, learner.state.params, evaluation.TRAINED,
-                                           before_each=leave_if_asked(c.train.num_iterations))
+                                           before_each=functools.partial(_leave_if_asked, stop,
+                                                                         c.train.num_iterations))
   finally:
     bar.close()
     writer.close()
@@ -121,6 +114,13 @@ def run(parts: Parts) -> list[dict[str, Any]]:
                                     "update/loss", "update/entropy"],
                           os.path.join(parts.workdir, "curves.png"), title=f"{c.method} on {c.env.id}")
   return history
+
+
+def _leave_if_asked(stop: preemption.StopRequest, saved: int) -> None:
+  """Before each task set of a pass@k, whose sampling takes minutes: a SIGTERM leaves there, at the iteration last
+  saved (step 0 is saved before any pass@k, the last iteration before the trained policy's)."""
+  if stop.agreed():
+    raise preemption.Stopped(saved)
 
 
 def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: Optional[Replay] = None
