@@ -4,8 +4,10 @@ Per episode, how far it got (the first that holds): won; held the task's object 
 task says; took only other objects; saw the task's object and took none; never saw it. Per action kind (go to,
 take, move, open, ...), how many changed nothing (the game answered "Nothing happens.") and how many `go to`s
 named a receptacle the room does not have. Where the observation lists the admissible actions
-(`env.kwargs.list_actions=True`: a last line "Actions: a, b, c."), how many actions were not among them. An action's
-answer is the first line of the next step's observation, so an episode's last action counts only when it won.
+(`env.kwargs.list_actions=True`: a last line "Actions: a, b, c."), how many actions were not among them. Where the
+policy first saw the task's object (at the first receptacle it went to, or a later one), whether its next action
+took it. An action's answer is the first line of the next step's observation, so an episode's last action counts
+only when it won.
 
   python launch/eval.py --config=configs/gigpo_alfworld.py --policy=warm_start --splits=held-out --samples=2 \\
       --transcripts=2 --output=runs/eval-alfworld-ws
@@ -32,6 +34,8 @@ OUTCOMES = ("won", "held the task's object, did not place it", "took only other 
 _GOAL = re.compile(r"Your task is to: (?:put|clean|heat|cool|examine|look at|find) (?:some |a |an |two )?(\w+)")
 _ROOM = re.compile(r"Looking around the room, you see (.*?)\.(?:\n|$)")
 _ARRIVED = re.compile(r"^(?:You arrive at|You open) ")
+STOPS = ("first stop", "a later stop")
+SIGHTING_REPLIES = ("took it", "a take that failed", "no take")
 
 
 def task_object(observation: str) -> Optional[str]:
@@ -66,6 +70,9 @@ class Breakdown:
   # those were not in the list.
   listed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   unlisted: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  # What the policy did where it first saw the task's object: (stop, reply) counts, the stop being the episode's
+  # first receptacle or a later one, the reply one of SIGHTING_REPLIES.
+  sightings: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 def breakdown(episodes: Iterable[dict[str, Any]]) -> Breakdown:
@@ -76,13 +83,19 @@ def breakdown(episodes: Iterable[dict[str, Any]]) -> Breakdown:
     first = steps[0]["observation"] if steps else ""
     wanted, room = task_object(first), room_receptacles(first)
     held = took = saw = False
+    stops = 0
     for i, step in enumerate(steps):
       answer = steps[i + 1]["observation"].split("\n", 1)[0] if i + 1 < len(steps) else None
       here = step["observation"].split("\n", 1)[0]
-      if wanted and _ARRIVED.match(here) and re.search(rf"\b{re.escape(wanted)} \d", here):
-        saw = True
+      stops += here.startswith("You arrive at")
       action = step["response"].strip()
       kind = action_kind(action)
+      if wanted and _ARRIVED.match(here) and re.search(rf"\b{re.escape(wanted)} \d", here):
+        if not saw and not (kind == "take" and answer is None):  # (a take the episode ended on: no answer)
+          picked = kind == "take" and action.split()[1:2] == [wanted] and answer.startswith("You pick up")
+          reply = SIGHTING_REPLIES[0] if picked else SIGHTING_REPLIES[1] if kind == "take" else SIGHTING_REPLIES[2]
+          out.sightings[(STOPS[0] if stops <= 1 else STOPS[1], reply)] += 1
+        saw = True
       out.actions[kind] += 1
       if kind == "go to" and room and action[len("go to "):] not in room:
         out.missing_receptacles += 1
@@ -116,6 +129,11 @@ def report(b: Breakdown) -> str:
                                                                if listed else ""))
   lines += ["", f"`go to`s naming a receptacle the room does not have: {b.missing_receptacles} of "
             f"{b.actions['go to']}"]
+  lines += ["", "| where the task's object was first seen | episodes | " + " | ".join(SIGHTING_REPLIES) + " |",
+            "|---|---|" + "---|" * len(SIGHTING_REPLIES)]
+  for stop in STOPS:
+    counts = [b.sightings[(stop, reply)] for reply in SIGHTING_REPLIES]
+    lines.append(f"| {stop} | {sum(counts)} | " + " | ".join(map(str, counts)) + " |")
   return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from gymnasium.utils.env_checker import check_env
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
 from explore_jax.envs.alfworld import generate
-from explore_jax.envs.alfworld.env import ALFWorldEnv, ALFWorldError, GameProcess
+from explore_jax.envs.alfworld.env import ALFWorldEnv, ALFWorldError, GameProcess, generated_game
 from explore_jax.envs.alfworld.generate import (HELD_IN_ROOMS, HELD_OUT_ROOMS, SPLITS,
                                                 TASK_TYPES)
 from tests.envs.concurrent_play import assert_played_alike_at_once
@@ -118,6 +118,8 @@ def test_splits_draw_from_held_in_and_held_out_rooms():
     specs = [env.game_spec(i) for i in range(40)]
     assert [s.task_type for s in specs[:4]] == ["pick_and_place_simple", "look_at_obj_in_light"] * 2
     assert all(s.room in HELD_OUT_ROOMS for s in specs)
+    # The same games without an environment (launch/alfworld_targets.py reads configs this way).
+    assert specs == [generated_game("valid_unseen", [2, "pick_and_place_simple"], i) for i in range(40)]
   finally:
     env.close()
 
@@ -150,11 +152,14 @@ def test_max_receptacles_draws_games_from_the_smaller_rooms_only_and_they_play(c
   try:
     assert every[0].max_receptacles is None
     assert [every[0].game_spec(i) for i in range(12)] == [every[1].game_spec(i) for i in range(12)]
+    assert [every[0].game_spec(i) for i in range(12)] == [generated_game("train", None, i, 0) for i in range(12)]
   finally:
     for e in every:
       e.close()
   with pytest.raises(ValueError, match="max_receptacles must be a positive int"):
     ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=False)
+  with pytest.raises(ValueError, match="max_receptacles must be a positive int"):
+    generated_game("train", None, 0, False)
   with pytest.raises(ValueError, match="no train room with at most 1 receptacles can host"):
     ALFWorldEnv(split="train", data_dir="generated", cache_dir=cache, max_receptacles=1)
 

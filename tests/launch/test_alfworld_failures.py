@@ -1,6 +1,7 @@
 """launch/alfworld_failures.py on episodes played in the real world (a generated game, its oracle and detours
 from it), as launch/eval.py's transcripts hold them."""
 
+import collections
 import json
 
 import pytest
@@ -81,6 +82,12 @@ def test_outcomes_and_actions_of_played_episodes(env, tmp_path):
   assert b.missing_receptacles == 1  # the oracle only goes where the room has something
   assert b.unchanged["go to"] == 1 and b.unchanged["take"] == 1  # the answer to each of the bogus commands
   assert b.actions["take"] == 3 and b.unchanged["look"] == 0
+  # Where each saw the object first: the two oracle episodes took it there, the third looked instead.
+  replies = collections.Counter()
+  for (stop, reply), n in b.sightings.items():
+    assert stop in failures.STOPS
+    replies[reply] += n
+  assert replies == {"took it": 2, "no take": 1}
 
   path = tmp_path / "transcripts-train.jsonl"
   path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
@@ -99,6 +106,38 @@ def test_an_episode_that_takes_only_other_objects():
   b = failures.breakdown([{"success": False, "steps": steps}])
   assert b.episodes == {"took only other objects": 1}
   assert b.unchanged == {"take": 1} and b.actions == {"go to": 2, "take": 2} and b.missing_receptacles == 0
+
+
+def test_what_the_policy_did_where_it_first_saw_the_object():
+  """The first receptacle reached (opened or not) is the first stop; only the first sighting counts."""
+  first = ("Your task is to: put some mug in sinkbasin.\nLooking around the room, you see a cabinet 1, a "
+           "countertop 1, and a sinkbasin 1.\nYou are in the middle of the room.\nYou are not carrying anything.")
+  rest = "\n" + first.split("\n", 1)[1]
+  empty = "You arrive at cabinet 1. On the cabinet 1, you see nothing." + rest
+  mug = "You arrive at countertop 1. On the countertop 1, you see a mug 2." + rest
+  closed = "You arrive at cabinet 1. The cabinet 1 is closed." + rest
+  opened = "You open the cabinet 1. The cabinet 1 is open. In it, you see a mug 1." + rest
+
+  def episode(*pairs):
+    return {"success": False, "steps": [{"observation": o, "response": r} for o, r in pairs]}
+
+  later_took = episode((first, "go to cabinet 1"), (empty, "go to countertop 1"),
+                       (mug, "take mug 2 from countertop 1"),
+                       ("You pick up the mug 2 from the countertop 1." + rest, "look"))
+  sink = "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing." + rest
+  first_walked_on = episode((first, "go to countertop 1"), (mug, "go to sinkbasin 1"), (sink, "go to countertop 1"),
+                            (mug, "take mug 2 from countertop 1"), ("Nothing happens." + rest, "look"))
+  opened_took = episode((first, "go to nowhere 1"), ("Nothing happens." + first, "go to cabinet 1"),
+                        (closed, "open cabinet 1"), (opened, "take mug 1 from cabinet 1"),
+                        ("You pick up the mug 1 from the cabinet 1." + rest, "look"))
+  wrong_number = episode((first, "go to countertop 1"), (mug, "take mug 1 from countertop 1"),
+                         ("Nothing happens." + rest, "look"))
+  ended_on_take = episode((first, "go to countertop 1"), (mug, "take mug 2 from countertop 1"))
+  b = failures.breakdown([later_took, first_walked_on, opened_took, wrong_number, ended_on_take])
+  assert b.sightings == {("a later stop", "took it"): 1, ("first stop", "no take"): 1,
+                         ("first stop", "took it"): 1, ("first stop", "a take that failed"): 1}
+  assert "| first stop | 3 | 1 | 1 | 1 |" in failures.report(b)
+  assert "| a later stop | 1 | 1 | 0 | 0 |" in failures.report(b)
 
 
 def test_actions_outside_the_listed_ones_where_the_world_lists_them(env, cache_dir):

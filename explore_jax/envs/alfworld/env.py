@@ -337,6 +337,16 @@ def _list_phrase(items: Sequence[str]) -> str:
 # ---- the environment -----------------------------------------------------------------------------
 
 
+def generated_game(split: str, task_types: Any, index: int, max_receptacles: int | None = None) -> generate.GameSpec:
+  """The generated game number `index` of a split over `task_types` (ALFWorldEnv's argument), in the rooms of at
+  most `max_receptacles` (None or 0: every room): what an environment with these settings plays as game `index`,
+  without starting one."""
+  if max_receptacles == 0 and not isinstance(max_receptacles, bool):
+    max_receptacles = None
+  task_type, j = generate.schedule(_task_types(task_types), index)
+  return generate.game_spec(split, task_type, j, max_receptacles)
+
+
 class ALFWorldEnv(TextEnv):
   """ALFWorld's household games (generated or official), one game per episode.
 
@@ -433,8 +443,7 @@ class ALFWorldEnv(TextEnv):
 
   def game_spec(self, index: int) -> generate.GameSpec:
     """The generated game number `index` of this environment's split and task types."""
-    task_type, j = generate.schedule(self.task_types, index)
-    return generate.game_spec(self.split, task_type, j, self.max_receptacles)
+    return generated_game(self.split, self.task_types, index, self.max_receptacles)
 
   def _game_file(self, index: int) -> tuple[str, str]:
     """(game file, task id) of game `index`, generating it if needed."""
