@@ -32,13 +32,17 @@ success and -1.0 after a failure (e.g. focusing on the wrong thing); some variat
 episode terminates when the world has completed the task (success: completed with the full score)
 or the score turned negative. The reward is the change in the score floored at 0 (java.py), so a
 failure takes back the progress paid out before. The oracle plays the world's gold path (generating
-it costs 0.1 to 10 s, paid on the oracle's first call in an episode, never by a reset). Measured: a
+it costs 0.1 to 10 s, paid on the oracle's first call in an episode, never by a reset), or with
+`oracle="teleport"` the same path with each walk between rooms (a run of "open door to R" and "go to R"
+actions) made one "teleport to R" of its last room: find-plant's gold paths take 8 to 16 steps, 5 or 6
+so (the world's teleportAction simplification, which "easy" includes, must be on). Measured: a
 step takes 14-19 ms (80-200 ms with admissible actions), a reset 70-110 ms; a JVM holds 260-380 MB.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from scienceworld.constants import ID2TASK, JAR_PATH
 from scienceworld.utils import infer_task
@@ -53,6 +57,27 @@ NO_MATCH = "No known action matches that input."
 _VARIATION_LISTS = {"train": "getVariationsTrain", "dev": "getVariationsDev",
                     "test": "getVariationsTest"}
 _ELECTRICAL_TASKS = ("power-component", "conductivity")
+ORACLES = ("gold", "teleport")
+_WALK = re.compile(r"(?:open door to|go to) (.+)")
+
+
+def teleporting_path(gold: list[str]) -> list[str]:
+  """A gold path with each walk between rooms (consecutive "open door to R" / "go to R" actions) made one
+  "teleport to R" of the room the walk ends in (a walk that only opens doors is dropped)."""
+  path: list[str] = []
+  room = None
+  for action in gold:
+    walk = _WALK.fullmatch(action)
+    if walk:
+      room = walk.group(1) if action.startswith("go to ") else room
+      continue
+    if room is not None:
+      path.append(f"teleport to {room}")
+      room = None
+    path.append(action)
+  if room is not None:
+    path.append(f"teleport to {room}")
+  return path
 
 
 def resolve_task(task: str | int) -> str:
@@ -76,18 +101,25 @@ class ScienceWorldEnv(JavaTextEnv):
     simplifications: the world's simplification string ("", "easy", "openDoors,teleportAction").
     admissible: whether `info["admissible_actions"]` lists the valid actions (60-190 ms a step).
     max_steps: step limit (gold paths take 5 to ~180 steps, most under 60).
+    oracle: "gold" (the world's gold path) or "teleport" (the gold path teleporting where it walks; needs
+      the teleportAction simplification): the demonstrations an SFT warm start imitates.
     heap: the JVM's heap cap.
     render_mode: None or "ansi".
   """
 
   def __init__(self, task: str | int = "boil", split: str = "train", simplifications: str = "",
                admissible: bool = False, max_steps: int = 100, heap: str = DEFAULT_HEAP,
-               render_mode: str | None = None):
+               oracle: str = "gold", render_mode: str | None = None):
     name = resolve_task(task)
     parts = simplifications.split(",") if isinstance(simplifications, str) else [None]
     if any(p not in ("", "easy", *SIMPLIFICATIONS) for p in parts):
       raise ValueError(f'simplifications must be "easy" or a comma-separated subset of '
                        f"{SIMPLIFICATIONS}, got {simplifications!r}")
+    if oracle not in ORACLES:
+      raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    if oracle == "teleport" and not {"easy", "teleportAction"} & set(parts):
+      raise ValueError(f'the teleporting oracle needs the teleportAction simplification ("easy" has it); '
+                       f"simplifications={simplifications!r}")
     if "noElectricalAction" in parts and any(t in name for t in _ELECTRICAL_TASKS):
       raise ValueError(f"{name} needs electrical actions; noElectricalAction cannot apply")
     world = JavaWorld(JAR_PATH, "scienceworld.runtime.pythonapi.PythonInterface", heap,
@@ -95,6 +127,7 @@ class ScienceWorldEnv(JavaTextEnv):
     super().__init__(world, split, max_steps, render_mode)
     self.task = name
     self.simplifications = simplifications
+    self.oracle = oracle
     self.admissible = admissible
     self._admissible: list[str] | None = None  # this state's valid actions, once asked for
     self._start()
@@ -117,7 +150,10 @@ class ScienceWorldEnv(JavaTextEnv):
     self.task_text = world_text(self.java.call("freeActionTaskDesc")).removeprefix(
         "Task Description:").strip()
     self._answer(self.java.call("step", "look around"))
-    return list(self.java.call("getGoldActionSequence")) if with_gold else None
+    if not with_gold:
+      return None
+    gold = list(self.java.call("getGoldActionSequence"))
+    return teleporting_path(gold) if self.oracle == "teleport" else gold
 
   def _answer(self, answer: str) -> None:
     self.world_observation = world_text(answer)

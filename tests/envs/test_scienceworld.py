@@ -9,7 +9,7 @@ import pytest
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
 from explore_jax.envs.java import JavaWorldError
-from explore_jax.envs.scienceworld import NO_MATCH, TASKS, ScienceWorldEnv, resolve_task
+from explore_jax.envs.scienceworld import NO_MATCH, TASKS, ScienceWorldEnv, resolve_task, teleporting_path
 from tests.envs.concurrent_play import assert_played_alike_at_once
 
 # Tasks whose gold paths are short and cheap to generate (a JVM starts in ~2 s of CPU).
@@ -140,6 +140,37 @@ def test_a_wrong_focus_fails_the_task_and_takes_back_the_reward(envs):
   assert (terminated, truncated, info["success"], info["score"]) == (True, False, False, -1.0)
   assert reward == 0.0  # nothing had been paid out yet; the floored score stays at 0
   assert info["feedback"].startswith("Failure: the task failed after 1 steps.")
+
+
+def test_the_teleporting_oracle_wins_find_plant_in_fewer_steps(envs):
+  """The tiny config's demonstrations: find-plant's gold path, teleporting where it walks, wins in 5-6 steps."""
+  gold, short = envs("find-plant", simplifications="easy"), envs("find-plant", simplifications="easy",
+                                                                 oracle="teleport")
+  for seed in range(3):
+    lengths = []
+    for env in (gold, short):
+      env.reset(seed=seed)
+      actions, done = [], False
+      while not done:
+        actions.append(env.oracle_action())
+        _, _, terminated, truncated, info = env.step(actions[-1])
+        done = terminated or truncated
+      assert terminated and info["success"], (seed, actions)
+      lengths.append(len(actions))
+    assert lengths[1] in (5, 6) and lengths[0] >= lengths[1] + 2
+    assert actions[0].startswith("teleport to ") and not any(a.startswith(("go to", "open door")) for a in actions)
+
+
+def test_teleporting_paths():
+  assert teleporting_path(["open door to hallway", "go to hallway", "open door to greenhouse", "go to greenhouse",
+                           "look around", "focus on pea plant", "open door to kitchen", "go to kitchen",
+                           "open door to oven"]) == \
+      ["teleport to greenhouse", "look around", "focus on pea plant", "teleport to kitchen"]
+  assert teleporting_path(["look around"]) == ["look around"]
+  with pytest.raises(ValueError, match="teleportAction"):
+    ScienceWorldEnv(task="find-plant", simplifications="openDoors", oracle="teleport")
+  with pytest.raises(ValueError, match="oracle must be one of"):
+    ScienceWorldEnv(task="find-plant", oracle="search")
 
 
 def test_tasks_are_named_by_name_paper_id_or_index():
