@@ -85,6 +85,8 @@ def successes(record: Any, policy: str, task_set: str) -> Optional[dict[int, tup
 
 
 def report(config: Any, record: Any = None, policy: str = "warm start", familiar: int = 20) -> str:
+  """The tables (markdown) of every task set the config evaluates on pass@k, with `policy`'s per-game successes
+  from `record` where given; an object is familiar when at least `familiar` demonstration games asked for it."""
   c = config
   demo_kwargs = {**c.env.kwargs, **c.sft.get("env_kwargs", {})}
   demos = games(demo_kwargs, range(c.sft.oracle_seed_offset, c.sft.oracle_seed_offset + c.sft.oracle_episodes))
@@ -105,14 +107,15 @@ def report(config: Any, record: Any = None, policy: str = "warm start", familiar
               + (" successes |" if won else ""),
               "|---|---|---|---|" + ("---|" if won else "")]
     groups: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
-    for seed, g in zip(seeds, games(kwargs, seeds)):
+    evaluated = games(kwargs, seeds)
+    for seed, g in zip(seeds, evaluated):
       row = (f"| {g.index} | {g.room} ({rooms[g.room]}) | {g.object_type} ({objects[g.object_type]}) | "
              f"{g.receptacle} ({receptacles[g.receptacle]}) |")
       if won and seed in won:
         row += f" {won[seed][0]} of {won[seed][1]} |"
         groups[objects[g.object_type] >= familiar].append(won[seed])
       lines.append(row)
-    unseen = sum(rooms[g.room] == 0 for g in games(kwargs, seeds))
+    unseen = sum(rooms[g.room] == 0 for g in evaluated)
     lines += ["", f"games in rooms no demonstration played: {unseen} of {len(seeds)}"]
     for is_familiar, label in ((True, f"at least {familiar}"), (False, f"fewer than {familiar}")):
       rows = groups[is_familiar]
