@@ -90,10 +90,12 @@ def breakdown(episodes: Iterable[dict[str, Any]]) -> Breakdown:
       stops += here.startswith("You arrive at")
       action = step["response"].strip()
       kind = action_kind(action)
+      picked_up = kind == "take" and answer is not None and answer.startswith("You pick up")
+      took_wanted = picked_up and bool(wanted) and action.split()[1:2] == [wanted]
       if wanted and _ARRIVED.match(here) and re.search(rf"\b{re.escape(wanted)} \d", here):
         if not saw and not (kind == "take" and answer is None):  # (a take the episode ended on: no answer)
-          picked = kind == "take" and action.split()[1:2] == [wanted] and answer.startswith("You pick up")
-          reply = SIGHTING_REPLIES[0] if picked else SIGHTING_REPLIES[1] if kind == "take" else SIGHTING_REPLIES[2]
+          reply = (SIGHTING_REPLIES[0] if took_wanted else SIGHTING_REPLIES[1] if kind == "take"
+                   else SIGHTING_REPLIES[2])
           out.sightings[(STOPS[0] if stops <= 1 else STOPS[1], reply)] += 1
         saw = True
       out.actions[kind] += 1
@@ -108,9 +110,7 @@ def breakdown(episodes: Iterable[dict[str, Any]]) -> Breakdown:
         continue
       if answer == NOTHING_HAPPENS:
         out.unchanged[kind] += 1
-      elif kind == "take" and answer.startswith("You pick up"):
-        took = True
-        held = held or bool(wanted and action.split()[1:2] == [wanted])
+      took, held = took or picked_up, held or took_wanted
     outcome = (OUTCOMES[0] if episode.get("success") else OUTCOMES[1] if held else OUTCOMES[2] if took
                else OUTCOMES[3] if saw else OUTCOMES[4])
     out.episodes[outcome] += 1

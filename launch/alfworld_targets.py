@@ -24,6 +24,7 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from explore_jax.envs.alfworld.env import DEFAULT_NUM_GAMES, generated_game  # noqa: E402
+from explore_jax.envs.base import task_index  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An ALFWorld config file[:variant].", lock_config=True)
 _PASS_AT_K = flags.DEFINE_string("pass_at_k", None, "A pass@k record (a warm start's <key>.pass_at_k/*.json, or a "
@@ -49,8 +50,9 @@ def games(env_kwargs: dict[str, Any], seeds: Iterable[int]) -> list[Game]:
   count = env_kwargs.get("num_games") or DEFAULT_NUM_GAMES[split]
   out = []
   for seed in seeds:
-    spec = generated_game(split, env_kwargs.get("task_types"), seed % count, env_kwargs.get("max_receptacles"))
-    out.append(Game(seed % count, spec.room, spec.object_target, spec.parent_target or spec.toggle_target))
+    index = task_index({}, seed, count, None)
+    spec = generated_game(split, env_kwargs.get("task_types"), index, env_kwargs.get("max_receptacles"))
+    out.append(Game(index, spec.room, spec.object_target, spec.parent_target or spec.toggle_target))
   return out
 
 

@@ -337,14 +337,18 @@ def _list_phrase(items: Sequence[str]) -> str:
 # ---- the environment -----------------------------------------------------------------------------
 
 
+def _receptacle_limit(max_receptacles: Any) -> Any:
+  """`max_receptacles` as generate.py takes it: 0 (what a command-line flag can write) is None, every room;
+  anything else goes on as given (generate.host_rooms refuses what is not a positive int, False included)."""
+  return None if max_receptacles == 0 and not isinstance(max_receptacles, bool) else max_receptacles
+
+
 def generated_game(split: str, task_types: Any, index: int, max_receptacles: int | None = None) -> generate.GameSpec:
   """The generated game number `index` of a split over `task_types` (ALFWorldEnv's argument), in the rooms of at
   most `max_receptacles` (None or 0: every room): what an environment with these settings plays as game `index`,
   without starting one."""
-  if max_receptacles == 0 and not isinstance(max_receptacles, bool):
-    max_receptacles = None
   task_type, j = generate.schedule(_task_types(task_types), index)
-  return generate.game_spec(split, task_type, j, max_receptacles)
+  return generate.game_spec(split, task_type, j, _receptacle_limit(max_receptacles))
 
 
 class ALFWorldEnv(TextEnv):
@@ -389,9 +393,7 @@ class ALFWorldEnv(TextEnv):
     super().__init__(max_steps=max_steps, render_mode=render_mode)
     self.split = split
     self.task_types = _task_types(task_types)
-    if max_receptacles == 0 and not isinstance(max_receptacles, bool):
-      max_receptacles = None
-    self.max_receptacles = max_receptacles
+    self.max_receptacles = max_receptacles = _receptacle_limit(max_receptacles)
     self.list_actions = bool(list_actions)
     self.admissible = bool(admissible) or self.list_actions
     if data_dir is None:
