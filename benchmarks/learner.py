@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import statistics
 import time
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -31,10 +32,12 @@ from explore_jax.rl.losses import PolicyLossConfig, policy_loss
 from explore_jax.sampling import response_logprobs, token_logprobs
 
 
-def make_batch(rng: np.random.Generator, vocab: int, batch: int, prompt_len: int, response_len: int):
-  """Left-padded prompts of random lengths, responses of random lengths, two temperatures."""
+def make_batch(rng: np.random.Generator, vocab: int, batch: int, prompt_len: int, response_len: int,
+               prompt_min: Optional[int] = None):
+  """Left-padded prompts of random lengths (from `prompt_min`, by default a quarter of `prompt_len`), responses
+  of random lengths, two temperatures."""
   prompt = rng.integers(1, vocab, (batch, prompt_len)).astype(np.int32)
-  lengths = rng.integers(prompt_len // 4, prompt_len + 1, batch)
+  lengths = rng.integers(prompt_len // 4 if prompt_min is None else prompt_min, prompt_len + 1, batch)
   prompt_mask = np.arange(prompt_len)[None] >= (prompt_len - lengths)[:, None]
   response = rng.integers(1, vocab, (batch, response_len)).astype(np.int32)
   response_mask = np.arange(response_len)[None] < rng.integers(1, response_len + 1, batch)[:, None]

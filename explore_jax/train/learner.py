@@ -87,10 +87,13 @@ class Learner:
     self.initial_params = initial_params
     self.loss_config = method.loss_config()
     self.micro_batch_size = micro_batch_size(config.rl)
+    # Micro-batches of rows sorted by length, each cut to its own width (the step takes them as parts), or
+    # interleaved rows at the batch's width under one lax.scan.
+    self.by_length = bool(config.rl.get("micro_batches_by_length", True))
+    scanned = 1 if self.by_length else micro_batch_count(config.rl.minibatch_size, self.micro_batch_size,
+                                                         RL_MICRO_BATCH_FIELDS)
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
-                                base=self.base_params,
-                                micro_batches=micro_batch_count(config.rl.minibatch_size, self.micro_batch_size,
-                                                                RL_MICRO_BATCH_FIELDS))
+                                base=self.base_params, micro_batches=scanned)
     self.reference_logprobs = make_reference_logprobs(model) if self.loss_config.kl_coef > 0 else None
     self.aux = aux_lib.build_aux_models(method.aux_models(ctx), model.mesh, model.rules, key)
     self.state: Optional[state_lib.TrainState] = None
@@ -203,12 +206,15 @@ class Learner:
     return self.method.update_batch(batch, records, rng)
 
   def update(self, batch: dict[str, Any], iteration: int) -> dict[str, float]:
-    """Minibatch epochs of the policy loss over the batch's valid rows, in a seeded order."""
+    """Minibatch epochs of the policy loss over the batch's valid rows, in a seeded order. With
+    rl.micro_batches_by_length (the default) each minibatch goes to the step as `length_sorted_parts`: its rows
+    in order of prompt length, rl.micro_batch_size at a time (0: all), each part cut to its longest prompt."""
     c = self.config.rl
     valid_idx = np.flatnonzero(np.asarray(batch["valid"]))
     if valid_idx.size == 0:
       return {"update_skipped_no_signal": 1.0}
     batch = _trim_prompt_padding(batch, valid_idx)
+    prompt_lengths = np.asarray(batch["prompt_mask"]).sum(1)
     if self.reference_logprobs is not None:
       # Through the host: the jitted result is committed to the mesh (replicated), which the step's batch
       # sharding would reject on more than one device; uncommitted, it is placed like the other batch arrays.
@@ -217,10 +223,9 @@ class Learner:
     M = c.minibatch_size
     # Real tokens per row (prompt + response) and causal (query, key) pairs among them: the work counted by
     # train/throughput.py; every epoch sees each valid row once.
-    lengths = (np.asarray(batch["prompt_mask"])[valid_idx].sum(1).astype(np.float64)
-               + np.asarray(batch["response_mask"])[valid_idx].sum(1))
+    lengths = (prompt_lengths[valid_idx].astype(np.float64) + np.asarray(batch["response_mask"])[valid_idx].sum(1))
     sums: dict[str, float] = {}
-    count = 0
+    count, computed = 0, 0
     t0 = time.perf_counter()
     for _ in range(c.epochs):
       order = rng.permutation(valid_idx)
@@ -230,20 +235,33 @@ class Learner:
         pad = np.arange(M) >= len(order[start:start + M])
         mb = {k: jnp.take(v, idx, axis=0) for k, v in batch.items()}
         mb["valid"] = mb["valid"] & ~jnp.asarray(pad)
-        self.state, m = self.rl_step(self.state, mb)
+        if self.by_length:
+          parts = [part for _, part in length_sorted_parts(mb, prompt_lengths[idx], self.micro_batch_size or M)]
+          computed += sum(_padded_tokens(part) for part in parts)
+          self.state, m = self.rl_step(self.state, parts[0] if len(parts) == 1 else parts)
+        else:
+          computed += _padded_tokens(mb)
+          self.state, m = self.rl_step(self.state, mb)
         for k, v in jax.device_get(m).items():
           sums[k] = sums.get(k, 0.0) + float(v)
         count += 1
     return {f"update/{k}": v / count for k, v in sums.items()} | {
         "update/minibatches": float(count), "time_policy_update_s": time.perf_counter() - t0,
-        "update/tokens": float(c.epochs * lengths.sum()),
+        "update/tokens": float(c.epochs * lengths.sum()), "update/padded_tokens": float(computed),
         "update/attention_pairs": float(c.epochs * (lengths * (lengths + 1) / 2).sum())}
 
   def _reference(self, batch: dict[str, Any]) -> np.ndarray:
     """The reference policy's log-probs of every row's response: in one pass, or with rl.micro_batch_size in
-    passes of that many rows (the last one filled up with repeats of its first row), as the update is."""
+    passes of that many rows (the last one filled up with repeats of its first row), as the update is; by
+    length as the update is."""
     params = self.model_params(self.reference_params)
     micro = self.micro_batch_size
+    if self.by_length:
+      rows = int(batch["valid"].shape[0])
+      out = np.zeros(batch["response_tokens"].shape, np.float32)
+      for idx, part in length_sorted_parts(batch, np.asarray(batch["prompt_mask"]).sum(1), micro or rows):
+        out[idx] = np.asarray(jax.device_get(self.reference_logprobs(params, part)))[:len(idx)]
+      return out
     if not micro:
       return np.asarray(jax.device_get(self.reference_logprobs(params, batch)))
     rows = int(batch["valid"].shape[0])
@@ -302,7 +320,9 @@ def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, pro
   opt = state_lib.make_optimizer(request.learning_rate, max_grad_norm=1.0)
   sh = state_lib.state_shardings(model, opt, model.mesh, model.rules, lora)
   st = state_lib.create_train_state(params, opt, sh)
-  step = sft.make_train_step(model, opt, sh, lora=lora, base=base, micro_batches=micro_batches)
+  # Targets are the response's, in the last response_len columns: the prompt is never projected onto the vocabulary.
+  step = sft.make_train_step(model, opt, sh, functools.partial(sft.next_token_loss, last=response_len), lora=lora,
+                             base=base, micro_batches=micro_batches, totals_fn=sft.next_token_totals)
   rng = np.random.default_rng([request.seed, SFT_STREAM])
 
   def draw():
@@ -332,18 +352,46 @@ def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, pro
   return st.params, losses
 
 
-def _trim_prompt_padding(batch: dict[str, Any], rows: np.ndarray, bucket: int = PROMPT_BUCKET) -> dict[str, Any]:
-  """Drops the prompt columns that are padding in every row used, in steps of `bucket` columns (so an
-  iteration's update compiles for one of a few prompt widths). Prompts are left-padded, so the result is
-  the same computation on fewer tokens."""
-  used = np.asarray(batch["prompt_mask"])[rows].any(0)
-  first = int(np.argmax(used)) // bucket * bucket if used.any() else 0
+def length_sorted_parts(batch: dict[str, Any], prompt_lengths: np.ndarray, rows: int,
+                        bucket: int = PROMPT_BUCKET) -> list[tuple[np.ndarray, dict[str, Any]]]:
+  """The batch's rows in order of prompt length (`prompt_lengths`, one per row), `rows` at a time: (the rows'
+  indices, the part). A last short part is filled up with repeats of its first row. Each part keeps only the
+  prompt columns its longest prompt needs (prompts are left-padded), in steps of `bucket`, so the compiled
+  widths are few; on variable-length prompts most padded columns are gone, and the rows' computation is the
+  same."""
+  order = np.argsort(prompt_lengths, kind="stable")
+  width = batch["prompt_tokens"].shape[1]
+  parts = []
+  for start in range(0, len(order), rows):
+    idx = order[start:start + rows]
+    taken = np.concatenate([idx, np.full(rows - len(idx), idx[0])])
+    part = {k: jnp.take(v, taken, axis=0) for k, v in batch.items()}
+    keep = min(width, max(1, -(-int(prompt_lengths[idx].max()) // bucket)) * bucket)
+    parts.append((idx, _keep_prompt_columns(part, width - keep)))
+  return parts
+
+
+def _padded_tokens(batch: dict[str, Any]) -> int:
+  """Tokens a step computes on, padding included: rows x (prompt + response columns)."""
+  return int(batch["prompt_tokens"].shape[0] * (batch["prompt_tokens"].shape[1] + batch["response_tokens"].shape[1]))
+
+
+def _keep_prompt_columns(batch: dict[str, Any], first: int) -> dict[str, Any]:
+  """The batch without its first `first` prompt columns (and their multimodal positions)."""
   if first == 0:
     return batch
   trimmed = {**batch, "prompt_tokens": batch["prompt_tokens"][:, first:], "prompt_mask": batch["prompt_mask"][:, first:]}
   if "positions" in batch:  # [B, P + R, 3]: the same columns
     trimmed["positions"] = batch["positions"][:, first:]
   return trimmed
+
+
+def _trim_prompt_padding(batch: dict[str, Any], rows: np.ndarray, bucket: int = PROMPT_BUCKET) -> dict[str, Any]:
+  """Drops the prompt columns that are padding in every row used, in steps of `bucket` columns (so an
+  iteration's update compiles for one of a few prompt widths). Prompts are left-padded, so the result is
+  the same computation on fewer tokens."""
+  used = np.asarray(batch["prompt_mask"])[rows].any(0)
+  return _keep_prompt_columns(batch, int(np.argmax(used)) // bucket * bucket if used.any() else 0)
 
 
 def _group_returns(rewards, group, traj, valid) -> dict[int, np.ndarray]:

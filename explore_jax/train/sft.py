@@ -7,6 +7,7 @@ poisoning the parameters.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Optional
 
@@ -25,8 +26,8 @@ from explore_jax.train.state import TrainState, apply_if_finite
 Batch = dict[str, jax.Array]
 
 
-def next_token_loss(model: Model, params: Any, batch: Batch, *, totals: Optional[dict[str, jax.Array]] = None
-                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+def next_token_loss(model: Model, params: Any, batch: Batch, *, totals: Optional[dict[str, jax.Array]] = None,
+                    last: int = 0) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Mean over masked targets of -log p(tokens[t+1] | tokens[<=t]).
 
   batch: tokens [B, T] int; loss_mask [B, T] marks the tokens that are *targets* (e.g. the response);
@@ -34,6 +35,10 @@ def next_token_loss(model: Model, params: Any, batch: Batch, *, totals: Optional
   vision-language policy's image prompts add images, image_count and positions [B, T, 3] (image_fields).
   With `totals` (`next_token_totals` of the batch this one is a micro-batch of) the mean is taken over
   their targets: the loss and accuracy are this micro-batch's share of the whole batch's.
+
+  `last` = K > 0 says that every target lies in the last K columns (SFT's [prompt | response] rows,
+  sft_data.tokenize_demos): only the K positions that predict them are projected onto the vocabulary, not
+  the prompt's [B, T, V] logits that no target needs. A loss_mask outside those columns is then not read.
   """
   tokens = batch["tokens"]
   mask = batch.get("attention_mask", jnp.ones_like(tokens, bool)).astype(bool)
@@ -42,16 +47,18 @@ def next_token_loss(model: Model, params: Any, batch: Batch, *, totals: Optional
     positions = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
   features = batch_image_features(model, params, batch)
   images = {} if features is None else {"image_features": features}
-  logits = model.apply(params, tokens, positions, attention_mask=mask, **images).logits[:, :-1]
-  targets = tokens[:, 1:]
-  weights = _target_weights(batch)
+  kept = {"logits_to_keep": last + 1} if 0 < last < tokens.shape[1] else {}
+  logits = model.apply(params, tokens, positions, attention_mask=mask, **images, **kept).logits[:, :-1]
+  n = logits.shape[1]  # position T - 1 - n + j predicts column T - n + j
+  targets = tokens[:, -n:]
+  weights = _target_weights(batch)[:, -n:]
   logp = jax.nn.log_softmax(logits, axis=-1)
   nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-  n = jnp.sum(weights)
-  denominator = jnp.maximum(n if totals is None else totals["tokens"], 1.0)
+  count = jnp.sum(weights)
+  denominator = jnp.maximum(count if totals is None else totals["tokens"], 1.0)
   loss = jnp.sum(nll * weights) / denominator
   acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / denominator
-  return loss, {"loss": loss, "token_accuracy": acc, "target_tokens": n}
+  return loss, {"loss": loss, "token_accuracy": acc, "target_tokens": count}
 
 
 def _target_weights(batch: Batch) -> jax.Array:
@@ -117,6 +124,11 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
   `totals_fn(batch)` (the default loss's: `next_token_totals`) gives the whole batch's loss denominators, and
   each micro-batch's `loss_fn(..., totals=...)` is its share: the shares add up to the whole batch's loss and
   metrics (equal up to the order of floating-point sums). m = 1 is the plain step, bit for bit.
+
+  `batch` may also be a list of micro-batches the caller cut, each of its own shape (e.g. rows of similar
+  length, each cut to its longest row: learner.length_sorted_parts). Their gradients are summed in one jitted
+  pass per micro-batch (compiled once per shape) and applied once: the same update as the micro-batches
+  concatenated, on the columns each needs. The denominators are the sum of `totals_fn` over them.
   """
   if (lora is None) != (base is None):
     raise ValueError("a LoRA train step needs both `lora` and the frozen `base` params")
@@ -126,16 +138,14 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     raise ValueError(f"micro_batches must be >= 1 and, above 1, come with the loss's totals_fn; got "
                      f"{micro_batches}")
 
-  def step(state: TrainState, batch: Batch, frozen: Any = None):
-    def objective(p, part, totals=None):
-      p = p if lora is None else lora_lib.adapted(frozen, p, lora)
-      return loss_fn(model, p, part) if totals is None else loss_fn(model, p, part, totals=totals)
+  def objective(p, part, frozen, totals=None):
+    p = p if lora is None else lora_lib.adapted(frozen, p, lora)
+    return loss_fn(model, p, part) if totals is None else loss_fn(model, p, part, totals=totals)
 
-    value_and_grad = jax.value_and_grad(objective, has_aux=True)
-    if micro_batches == 1:
-      (loss, metrics), grads = value_and_grad(state.params, batch)
-    else:
-      (loss, metrics), grads = _accumulate(value_and_grad, state.params, batch, totals_fn(batch), micro_batches)
+  value_and_grad = jax.value_and_grad(objective, has_aux=True)
+
+  def finish(state: TrainState, out: Any):
+    (loss, metrics), grads = out
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     new = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
@@ -144,22 +154,61 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     metrics = {**metrics, "loss": loss, "grad_norm": grad_norm, "skipped": (~ok).astype(jnp.int32)}
     return apply_if_finite(state, new, ok), metrics
 
+  def step(state: TrainState, batch: Batch, frozen: Any = None):
+    if micro_batches == 1:
+      out = value_and_grad(state.params, batch, frozen)
+    else:
+      out = _accumulate(lambda p, part, totals: value_and_grad(p, part, frozen, totals), state.params, batch,
+                        totals_fn(batch), micro_batches)
+    return finish(state, out)
+
+  def add_part(params: Any, part: Batch, totals: dict[str, jax.Array], total: Any, frozen: Any = None):
+    return jax.tree.map(jnp.add, total, value_and_grad(params, part, frozen, totals))
+
   if state_shardings is None:
     jitted = jax.jit(step, donate_argnums=0)
+    add_jit = jax.jit(add_part, donate_argnums=3)
+    finish_jit = jax.jit(finish, donate_argnums=0)
+    check = lambda rows, micro=1: None  # noqa: E731
   else:
     mesh = model.mesh
     if mesh is None:
       raise ValueError("a sharded train step needs Model(config, mesh=..., rules=...)")
     replicated = NamedSharding(mesh, P())
     batch_spec = NamedSharding(mesh, sharding.logical_to_spec(("batch",), model.rules or (), mesh))
-    in_shardings = (state_shardings, batch_spec)
-    if lora is not None:
-      in_shardings += (jax.tree.map(lambda x: x.sharding, base),)
-    jitted = _check_rows(jax.jit(step, in_shardings=in_shardings, out_shardings=(state_shardings, replicated),
-                                 donate_argnums=0), batch_spec, micro_batches)
-  if lora is None:
-    return jitted
-  return lambda state, batch: jitted(state, batch, base)
+    frozen_spec = () if lora is None else (jax.tree.map(lambda x: x.sharding, base),)
+    out_spec = ((replicated, replicated), state_shardings.params)
+    jitted = jax.jit(step, in_shardings=(state_shardings, batch_spec) + frozen_spec,
+                     out_shardings=(state_shardings, replicated), donate_argnums=0)
+    add_jit = jax.jit(add_part, in_shardings=(state_shardings.params, batch_spec, replicated, out_spec) + frozen_spec,
+                      out_shardings=out_spec, donate_argnums=3)
+    finish_jit = jax.jit(finish, in_shardings=(state_shardings, out_spec),
+                         out_shardings=(state_shardings, replicated), donate_argnums=0)
+    check = _row_check(batch_spec)
+  totals_jit = None if totals_fn is None else jax.jit(totals_fn)
+  frozen = () if lora is None else (base,)
+
+  def run(state: TrainState, batch: Any):
+    if not isinstance(batch, (list, tuple)):
+      check(_rows(batch), micro_batches)
+      return jitted(state, batch, *frozen)
+    if not batch or totals_jit is None:
+      raise ValueError("a batch in parts needs at least one part and the loss's totals_fn")
+    for part in batch:  # parts of equal rows, as the learner cuts them
+      check(_rows(part) * len(batch), len(batch))
+    totals = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), [totals_jit(part) for part in batch])
+    zeros = jax.eval_shape(value_and_grad, state.params, batch[0], *(frozen or (None,)), totals)
+    total = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+    for part in batch:
+      total = add_jit(state.params, part, totals, total, *frozen)
+    return finish_jit(state, total)
+
+  run.lower = lambda state, batch: jitted.lower(state, batch, *frozen)  # the one-batch step's, for its memory
+  return run
+
+
+def _rows(batch: Batch) -> int:
+  return jax.tree.leaves(batch)[0].shape[0]
 
 
 def _accumulate(value_and_grad: Callable, params: Any, batch: Batch, totals: dict[str, jax.Array],
@@ -179,16 +228,14 @@ def _accumulate(value_and_grad: Callable, params: Any, batch: Batch, totals: dic
   return jax.lax.scan(add, zeros, parts)[0]
 
 
-def _check_rows(step: Callable, batch_sharding: NamedSharding, micro_batches: int = 1) -> Callable:
-  """`step` that first checks that the batch's rows (each micro-batch's) split evenly over the mesh axes of its
-  leading axis, so that a batch size that does not fit the mesh is a clear error instead of XLA's, and no
-  micro-batch leaves devices idle."""
+def _row_check(batch_sharding: NamedSharding) -> Callable[..., None]:
+  """`check(rows, micro_batches=1)`: a clear error when a batch's rows (each micro-batch's) do not split evenly
+  over the mesh axes of its leading axis, instead of XLA's, so that no micro-batch leaves devices idle."""
   axes = batch_sharding.spec[0] if len(batch_sharding.spec) else None
   axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
   shards = math.prod(batch_sharding.mesh.shape[a] for a in axes)
 
-  def checked(state, batch, *rest):
-    rows = jax.tree.leaves(batch)[0].shape[0]
+  def check(rows: int, micro_batches: int = 1) -> None:
     if rows % shards:
       raise ValueError(f"a batch of {rows} rows cannot be split over the {shards} devices of the mesh's "
                        f"{' x '.join(axes)} axes: use a batch size that is a multiple of {shards} "
@@ -197,6 +244,5 @@ def _check_rows(step: Callable, batch_sharding: NamedSharding, micro_batches: in
       raise ValueError(f"micro-batches of {rows / micro_batches:g} rows cannot be split over the {shards} devices "
                        f"of the mesh's {' x '.join(axes)} axes: use a multiple of {shards} "
                        f"(config.rl.micro_batch_size)")
-    return step(state, batch, *rest)
 
-  return checked
+  return check

@@ -271,6 +271,21 @@ def _demo_loss(parts, params):
   return float(loss)
 
 
+def test_the_sft_loss_projects_only_the_response_columns_and_is_the_same(parts):
+  """next_token_loss(last=response_len), as finetune takes it: the logits of the positions that predict the
+  response alone, and the same loss, accuracy and gradient as over every position."""
+  arrays = sft_data.tokenize_demos(parts.tokenizer, DEMOS, parts.server.prompt_len, parts.server.response_len)
+  batch = {k: jnp.asarray(v) for k, v in arrays.items()}
+  params = parts.learner.initial_params
+  out = {last: jax.value_and_grad(lambda p: sft.next_token_loss(parts.model, p, batch, last=last), has_aux=True)(params)
+         for last in (0, parts.server.response_len)}
+  ((whole, whole_metrics), whole_grads), ((kept, kept_metrics), kept_grads) = out.values()
+  assert float(whole) > 0 and whole_metrics["target_tokens"] == kept_metrics["target_tokens"] > 0
+  for k in whole_metrics:
+    np.testing.assert_allclose(kept_metrics[k], whole_metrics[k], rtol=1e-5, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), kept_grads, whole_grads)
+
+
 def test_sft_request_trains_the_policy_and_keeps_the_rl_optimizer(parts):
   learner = parts.learner
   learner.init(learner.initial_params)
@@ -525,6 +540,7 @@ def test_update_counts_the_real_tokens_and_attention_pairs_it_trained_on(parts):
   lengths = np.asarray([len(p) + 2 for p in prompts], np.float64)  # every response is 2 tokens (_response)
   assert m["update/tokens"] == 2 * lengths.sum() == 2 * (7 + 4 + 5)
   assert m["update/attention_pairs"] == 2 * (lengths * (lengths + 1) / 2).sum()
+  assert m["update/padded_tokens"] >= m["update/tokens"]  # what the steps computed on, padding included
   assert m["time_policy_update_s"] > 0
 
 
@@ -540,20 +556,22 @@ def test_micro_batches_make_the_whole_minibatchs_update_with_the_kl_term(parts):
   valid = np.asarray(records.valid)
   assert valid.sum() == 5
   out = {}
-  for micro in (0, 2):
+  for micro, by_length in ((0, True), (2, True), (2, False)):  # micro-batches sorted by length, or interleaved
     c = _config_like(parts, minibatch_size=4, micro_batch_size=micro, epochs=2)
     c.rl.loss.kl_coef = 0.1
+    c.rl.micro_batches_by_length = by_length
     learner = _learner(parts, make_method(c), c)
     learner.init(parts.learner.initial_params)
     learner.reference_params = jax.tree.map(lambda x: x * 0.9, learner.state.params)  # the KL term is not 0
     m = learner.update(learner.update_batch(records, advantages, valid, 0), 0)
-    out[micro] = (jax.device_get(learner.state.params), m)
-  (whole_params, whole), (got_params, got) = out[0], out[2]
+    out[micro, by_length] = (jax.device_get(learner.state.params), m)
+  whole_params, whole = out[0, True]
   assert whole["update/kl_loss"] > 0 and whole["update/minibatches"] == 4  # 5 rows, minibatches of 4, 2 epochs
-  for k in whole:
-    if not k.startswith("time_"):
-      np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
+  for got_params, got in (out[2, True], out[2, False]):
+    for k in whole:
+      if not k.startswith("time_") and k != "update/padded_tokens":
+        np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
   with pytest.raises(ValueError, match=r"config\.rl\.micro_batch_size must divide config\.rl\.minibatch_size \(4\)"):
     _learner(parts, parts.method, _config_like(parts, minibatch_size=4, micro_batch_size=3))
   # A micro-batch of 1 row cannot be split over the mesh's 2 batch shards (data 2 x fsdp 1).

@@ -147,6 +147,53 @@ def test_micro_batches_make_the_whole_minibatchs_update():
   assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, got_params, params)))  # it did move
 
 
+def test_length_sorted_parts_make_the_whole_minibatchs_update_on_fewer_columns():
+  """A minibatch given to the step as learner.length_sorted_parts (rows sorted by prompt length, 8 at a time, each
+  part cut to its longest prompt in steps of 16 columns): the same loss, metrics and plain-SGD step as the whole
+  minibatch at its full width, with the KL and entropy terms on, and fewer columns computed."""
+  from explore_jax.train.learner import _padded_tokens, length_sorted_parts
+
+  model = Model(CONFIG)
+  params = model.init(jax.random.key(0), std=0.3)
+  batch = _wide_batch(prompt_len=64)
+  lengths = np.asarray(batch["prompt_mask"]).sum(1)
+  parts = length_sorted_parts(batch, lengths, 8, bucket=16)
+  # Every row once, shortest prompts first; each part as wide as its longest prompt, rounded up to 16 columns.
+  assert sorted(np.concatenate([idx for idx, _ in parts]).tolist()) == list(range(32))
+  assert [lengths[idx].max() <= part["prompt_tokens"].shape[1] < lengths[idx].max() + 16 for idx, part in parts] == [True] * 4
+  assert len({part["prompt_tokens"].shape[1] for _, part in parts}) > 1
+  assert sum(_padded_tokens(part) for _, part in parts) < _padded_tokens(batch)
+  config = PolicyLossConfig(aggregation="seq-mean-token-mean", eps_low=0.1, kl_coef=0.1, entropy_coef=0.01)
+  opt = optax.sgd(1.0)
+  out = {}
+  for name, given in (("whole", batch), ("parts", [part for _, part in parts])):
+    step = make_rl_step(model, opt, config)
+    state, metrics = step(state_lib.create_train_state(jax.tree.map(jnp.copy, params), opt), given)
+    out[name] = (jax.device_get(state.params), jax.device_get(metrics))
+  (whole_params, whole), (got_params, got) = out["whole"], out["parts"]
+  assert whole["clipfrac_low"] + whole["clipfrac_high"] > 0 and whole["kl_loss"] != 0  # all terms on
+  assert got.keys() == whole.keys()
+  for k in whole:
+    np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
+  assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, got_params, params)))  # it did move
+
+
+def test_a_short_last_part_is_filled_with_repeats_and_positions_are_cut_with_the_prompt():
+  from explore_jax.train.learner import length_sorted_parts
+
+  batch = {"prompt_tokens": jnp.arange(5 * 40).reshape(5, 40), "prompt_mask": jnp.arange(40)[None] >= jnp.asarray(
+               [[30], [0], [38], [10], [20]]), "response_tokens": jnp.zeros((5, 3), jnp.int32),
+           "positions": jnp.arange(5 * 43 * 3).reshape(5, 43, 3), "valid": jnp.ones(5, bool)}
+  parts = length_sorted_parts(batch, np.asarray(batch["prompt_mask"]).sum(1), 2, bucket=16)
+  assert [idx.tolist() for idx, _ in parts] == [[2, 0], [4, 3], [1]]  # prompts of 2, 10, 20, 30, 40 tokens
+  assert [part["prompt_tokens"].shape for _, part in parts] == [(2, 16), (2, 32), (2, 40)]
+  short = parts[0][1]
+  np.testing.assert_array_equal(short["prompt_tokens"], batch["prompt_tokens"][np.array([2, 0]), 24:])
+  np.testing.assert_array_equal(short["positions"], batch["positions"][np.array([2, 0]), 24:])
+  np.testing.assert_array_equal(parts[2][1]["prompt_tokens"], batch["prompt_tokens"][np.array([1, 1])])
+
+
 def test_micro_batches_divide_the_steps_activation_memory():
   model = Model(CONFIG)
   params = model.init(jax.random.key(0), std=0.3)
