@@ -251,9 +251,9 @@ class Learner:
         "update/attention_pairs": float(c.epochs * (lengths * (lengths + 1) / 2).sum())}
 
   def _reference(self, batch: dict[str, Any]) -> np.ndarray:
-    """The reference policy's log-probs of every row's response: in one pass, or with rl.micro_batch_size in
-    passes of that many rows (the last one filled up with repeats of its first row), as the update is; by
-    length as the update is."""
+    """The reference policy's log-probs of every row's response, in passes as the update takes them:
+    rl.micro_batch_size rows at a time (0: all), sorted by prompt length and cut to their widths
+    (rl.micro_batches_by_length) or in order (a last short pass filled up with repeats of its first row)."""
     params = self.model_params(self.reference_params)
     micro = self.micro_batch_size
     if self.by_length:
