@@ -92,6 +92,34 @@ def test_lora_trains_the_tiny_model_on_the_mesh():
   assert _size(state.params) < 0.05 * _size(base)
 
 
+def test_a_batch_in_parts_of_its_own_widths_is_the_whole_batchs_lora_step_on_the_mesh():
+  """make_train_step given a list of parts (rows cut to the columns they use, as the learner's length-sorted
+  micro-batches are): with LoRA on a data 2 x tensor 4 mesh, the same loss and adapters as the whole batch."""
+  mesh = make_mesh((2, 1, 4), ("data", "fsdp", "tensor"))
+  model = Model(SMALL, mesh=mesh, rules=sharding.DEFAULT_RULES)
+  base_sh = sharding.tree_shardings(mesh, model.param_axes(), sharding.DEFAULT_RULES, model.param_shapes())
+  base = jax.jit(lambda: model.init(jax.random.key(0), std=0.1), out_shardings=base_sh)()
+  optimizer = optax.sgd(0.5)
+  shardings = state_lib.state_shardings(model, optimizer, mesh, sharding.DEFAULT_RULES, LORA)
+  adapters = jax.tree.map(lambda x: x + 0.01, lora_lib.init(SMALL, LORA))  # B != 0: both A and B move
+  batch = _batch(SMALL.vocab_size, rows=8, length=24)
+  batch["attention_mask"] = np.ones_like(batch["tokens"], bool)
+  batch["attention_mask"][4:, :8] = False  # rows 4-7 are left-padded by 8 columns
+  batch["loss_mask"][:, :12] = False  # a 12-column prompt, then the targets: as every layout has
+  parts = [{k: v[:4] for k, v in batch.items()}, {k: v[4:, 8:] for k, v in batch.items()}]
+  step = sft.make_train_step(model, optimizer, shardings, lora=LORA, base=base)
+  out = {}
+  for name, given in (("whole", batch), ("parts", parts)):
+    state = state_lib.create_train_state(jax.tree.map(jnp.copy, adapters), optimizer, shardings)
+    state, metrics = step(state, given)
+    out[name] = jax.device_get((state.params, metrics))
+  (whole_params, whole), (got_params, got) = out["whole"], out["parts"]
+  for k in whole:
+    np.testing.assert_allclose(got[k], whole[k], rtol=2e-5, atol=1e-6, err_msg=k)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got_params, whole_params)
+  assert not np.allclose(whole_params["q"]["a"], jax.device_get(adapters)["q"]["a"])  # it did move
+
+
 def _lora_config():
   c = grpo_keydoor.get_config()
   c.mesh.shape = (2, 1, 4)
