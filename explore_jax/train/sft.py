@@ -169,6 +169,7 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     jitted = jax.jit(step, donate_argnums=0)
     add_jit = jax.jit(add_part, donate_argnums=3)
     finish_jit = jax.jit(finish, donate_argnums=0)
+    out_spec = None
     check = lambda rows, micro=1: None  # noqa: E731
   else:
     mesh = model.mesh
@@ -187,6 +188,15 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     check = _row_check(batch_spec)
   totals_jit = None if totals_fn is None else jax.jit(totals_fn)
   frozen = () if lora is None else (base,)
+  made: dict[str, Callable] = {}
+
+  def zero_total(params: Any, part: Batch, totals: dict[str, jax.Array]) -> Any:
+    """Zeros shaped (and laid out) as a part's ((loss, metrics), grads), from a program traced once."""
+    if "zeros" not in made:
+      shapes = jax.eval_shape(value_and_grad, params, part, *(frozen or (None,)), totals)
+      made["zeros"] = jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                              out_shardings=out_spec)
+    return made["zeros"]()
 
   def run(state: TrainState, batch: Any):
     if not isinstance(batch, (list, tuple)):
@@ -197,8 +207,7 @@ def make_train_step(model: Model, optimizer: optax.GradientTransformation,
     for part in batch:  # parts of equal rows, as the learner cuts them
       check(_rows(part) * len(batch), len(batch))
     totals = functools.reduce(lambda a, b: jax.tree.map(jnp.add, a, b), [totals_jit(part) for part in batch])
-    zeros = jax.eval_shape(value_and_grad, state.params, batch[0], *(frozen or (None,)), totals)
-    total = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+    total = zero_total(state.params, batch[0], totals)
     for part in batch:
       total = add_jit(state.params, part, totals, total, *frozen)
     return finish_jit(state, total)
