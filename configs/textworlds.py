@@ -15,7 +15,8 @@ and ALFWorld, each trained with GRPO or GiGPO (configs/{grpo,gigpo}_<world>.py) 
          evaluation), the last 2 steps and the admissible actions in the prompt, 150 iterations, no SFT.
                 --config.model.checkpoint=/path/to/Qwen2.5-7B-Instruct
          A minibatch is 256 records of up to 2,560 tokens: on one accelerator take it in micro-batches
-         (e.g. --config.rl.micro_batch_size=8, the same update in a fraction of the activation memory).
+         (e.g. --config.rl.micro_batch_size=8, the same update in a fraction of the activation memory; by default
+         their rows are sorted by prompt length and each is cut to its longest prompt).
 
 RL recipe (both scales): the group-relative estimator of the method (GiGPO: A^E + omega A^S over anchor states,
 gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_penalty` for malformed actions.
