@@ -104,9 +104,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.minibatch_size = 64       # records per optimizer step
   c.rl.micro_batch_size = 0      # records per forward/backward pass of a step, gradients summed (activation
                                  # memory); 0: the whole minibatch at once. Equal updates up to float sums
-  c.rl.micro_batches_by_length = True  # a minibatch's rows sorted by prompt length into its micro-batches, each
-                                 # cut to its longest prompt (less padding, one compile per width); False: rows
-                                 # interleaved at the batch's width under one lax.scan. The same update either way
+  c.rl.micro_batches_by_length = True  # with micro_batch_size: a minibatch's rows sorted by prompt length into
+                                 # its micro-batches, each cut to its longest prompt (less padding, one compile per
+                                 # width); False: rows interleaved at the batch's width under one lax.scan. The
+                                 # same update either way
   c.rl.format_penalty = 0.1      # subtracted from a step's reward when its action is malformed
   c.rl.drop_uniform_groups = False  # DAPO dynamic sampling: drop groups whose outcome (task) returns are equal
   c.rl.overlong_buffer = 0       # DAPO overlong shaping's L_cache in tokens (L_max = max_new_tokens); 0: off

@@ -88,8 +88,8 @@ class Learner:
     self.loss_config = method.loss_config()
     self.micro_batch_size = micro_batch_size(config.rl)
     # Micro-batches of rows sorted by length, each cut to its own width (the step takes them as parts), or
-    # interleaved rows at the batch's width under one lax.scan.
-    self.by_length = bool(config.rl.get("micro_batches_by_length", True))
+    # interleaved rows at the batch's width under one lax.scan; a whole minibatch is taken as it is.
+    self.by_length = bool(config.rl.get("micro_batches_by_length", True)) and self.micro_batch_size > 0
     scanned = 1 if self.by_length else micro_batch_count(config.rl.minibatch_size, self.micro_batch_size,
                                                          RL_MICRO_BATCH_FIELDS)
     self.rl_step = make_rl_step(model, self.optimizer, self.loss_config, self.shardings, lora=lora,
@@ -206,9 +206,9 @@ class Learner:
     return self.method.update_batch(batch, records, rng)
 
   def update(self, batch: dict[str, Any], iteration: int) -> dict[str, float]:
-    """Minibatch epochs of the policy loss over the batch's valid rows, in a seeded order. With
-    rl.micro_batches_by_length (the default) each minibatch goes to the step as `length_sorted_parts`: its rows
-    in order of prompt length, rl.micro_batch_size at a time (0: all), each part cut to its longest prompt."""
+    """Minibatch epochs of the policy loss over the batch's valid rows, in a seeded order. In micro-batches
+    (rl.micro_batch_size) and by length (rl.micro_batches_by_length, the default) each minibatch goes to the
+    step as `length_sorted_parts`: its rows in order of prompt length, each part cut to its longest prompt."""
     c = self.config.rl
     valid_idx = np.flatnonzero(np.asarray(batch["valid"]))
     if valid_idx.size == 0:
@@ -236,9 +236,9 @@ class Learner:
         mb = {k: jnp.take(v, idx, axis=0) for k, v in batch.items()}
         mb["valid"] = mb["valid"] & ~jnp.asarray(pad)
         if self.by_length:
-          parts = [part for _, part in length_sorted_parts(mb, prompt_lengths[idx], self.micro_batch_size or M)]
+          parts = [part for _, part in length_sorted_parts(mb, prompt_lengths[idx], self.micro_batch_size)]
           computed += sum(_padded_tokens(part) for part in parts)
-          self.state, m = self.rl_step(self.state, parts[0] if len(parts) == 1 else parts)
+          self.state, m = self.rl_step(self.state, parts)
         else:
           computed += _padded_tokens(mb)
           self.state, m = self.rl_step(self.state, mb)
@@ -251,15 +251,14 @@ class Learner:
         "update/attention_pairs": float(c.epochs * (lengths * (lengths + 1) / 2).sum())}
 
   def _reference(self, batch: dict[str, Any]) -> np.ndarray:
-    """The reference policy's log-probs of every row's response, in passes as the update takes them:
-    rl.micro_batch_size rows at a time (0: all), sorted by prompt length and cut to their widths
+    """The reference policy's log-probs of every row's response, in passes as the update takes them: all at
+    once, or rl.micro_batch_size rows at a time, sorted by prompt length and cut to their widths
     (rl.micro_batches_by_length) or in order (a last short pass filled up with repeats of its first row)."""
     params = self.model_params(self.reference_params)
     micro = self.micro_batch_size
     if self.by_length:
-      rows = int(batch["valid"].shape[0])
       out = np.zeros(batch["response_tokens"].shape, np.float32)
-      for idx, part in length_sorted_parts(batch, np.asarray(batch["prompt_mask"]).sum(1), micro or rows):
+      for idx, part in length_sorted_parts(batch, np.asarray(batch["prompt_mask"]).sum(1), micro):
         out[idx] = np.asarray(jax.device_get(self.reference_logprobs(params, part)))[:len(idx)]
       return out
     if not micro:
