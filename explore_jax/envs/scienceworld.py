@@ -34,8 +34,9 @@ or the score turned negative. The reward is the change in the score floored at 0
 failure takes back the progress paid out before. The oracle plays the world's gold path (generating
 it costs 0.1 to 10 s, paid on the oracle's first call in an episode, never by a reset), or with
 `oracle="teleport"` the same path with each walk between rooms (a run of "open door to R" and "go to R"
-actions) made one "teleport to R" of its last room: find-plant's gold paths take 8 to 16 steps, 5 or 6
-so (the world's teleportAction simplification, which "easy" includes, must be on). Measured: a
+actions) made one "teleport to R" of its last room, and a look around after it where the path acts in the
+room (a teleport's answer does not show it): find-plant's gold paths take 8 to 16 steps, 6 or 7 so (the
+world's teleportAction simplification, which "easy" includes, must be on). Measured: a
 step takes 14-19 ms (80-200 ms with admissible actions), a reset 70-110 ms; a JVM holds 260-380 MB.
 """
 
@@ -63,7 +64,12 @@ _WALK = re.compile(r"(?:open door to|go to) (.+)")
 
 def teleporting_path(gold: list[str]) -> list[str]:
   """A gold path with each walk between rooms (consecutive "open door to R" / "go to R" actions) made one
-  "teleport to R" of the room the walk ends in (a walk that only opens doors is dropped)."""
+  "teleport to R" of the room the walk ends in (a walk that only opens doors is dropped).
+
+  A teleport's answer ("You teleport to the outside.") does not show the room, and the gold path acts on what
+  is there without looking (lifespan's "focus on egg parrot" among the three animals outside), which a policy
+  could only guess. So a teleport that an action in the room follows is followed by "look around", unless the
+  gold path looks itself."""
   path: list[str] = []
   room = None
   for action in gold:
@@ -73,6 +79,8 @@ def teleporting_path(gold: list[str]) -> list[str]:
       continue
     if room is not None:
       path.append(f"teleport to {room}")
+      if action != "look around":
+        path.append("look around")
       room = None
     path.append(action)
   if room is not None:
