@@ -3,7 +3,7 @@
 process's actors play their share of the episodes; the runs' metrics.jsonl must agree.
 
 The random tiny model never acts validly, so every advantage is 0: an entropy bonus gives the update a
-gradient that depends on every sampled token (its loss and norm must agree bit for bit).
+gradient that depends on every sampled token (its norm must agree bit for bit, its loss to float32 rounding).
 """
 
 import json
@@ -23,9 +23,11 @@ SMALL = ("--config=configs/grpo_keydoor.py", "--config.train.num_iterations=1", 
          "--config.eval.every=1", "--config.eval.num_episodes=2", "--config.train.compilation_cache=False")
 # Timings differ from run to run. The reported entropy and mean ratio are float32 means over every token whose
 # partial sums the two runs add in different orders (gloo across processes, XLA within one): their last bits
-# may differ (measured: 4e-8 relative); the loss, the gradient norm and everything sampled do not.
+# may differ (measured: 4e-8 relative). So may the loss, which with every advantage 0 is the entropy bonus, the
+# same mean: equal to the bit on an AVX-512 machine, 4.5e-8 apart on an AVX2 one. The gradient norm and
+# everything sampled agree bit for bit on both.
 TIMED = ("time_", "throughput/", "sample_tokens_per_s", "sample_prompt_tokens_per_s")
-REDUCED = ("update/entropy", "update/ratio_mean")
+REDUCED = ("update/entropy", "update/ratio_mean", "update/loss")
 
 
 @pytest.mark.slow
