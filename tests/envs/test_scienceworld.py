@@ -9,7 +9,8 @@ import pytest
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, oracle_episode, state_key
 from explore_jax.envs.java import JavaWorldError
-from explore_jax.envs.scienceworld import NO_MATCH, TASKS, ScienceWorldEnv, resolve_task, teleporting_path
+from explore_jax.envs.scienceworld import (NO_MATCH, TASKS, ScienceWorldEnv, listed_things, resolve_task, shown_name,
+                                           teleporting_path)
 from tests.envs.concurrent_play import assert_played_alike_at_once
 
 # Tasks whose gold paths are short and cheap to generate (a JVM starts in ~2 s of CPU).
@@ -175,6 +176,40 @@ def test_the_teleporting_oracle_sees_the_animals_it_focuses_on(envs):
         assert f" {animal}" in observation, (seed, action, observation)
 
 
+@pytest.mark.parametrize("task", ["lifespan-longest-lived", "find-animal"])
+def test_the_oracle_names_what_it_focuses_on_as_the_room_lists_it(envs, task):
+  """With oracle_names="shown" the focus names a thing of the room listing verbatim ("focus on parrot egg", not
+  the gold path's "focus on egg parrot"), the world takes it for the same thing, and the oracle goes on along
+  its path after it (find-animal then picks the animal up and carries it to a box)."""
+  env = envs(task, simplifications="easy", oracle="teleport", oracle_names="shown")
+  world = envs(task, simplifications="easy", oracle="teleport")
+  renamed = 0
+  for seed in range(3):
+    episode, gold = oracle_episode(env, seed=seed), oracle_episode(world, seed=seed)
+    assert episode.success and len(episode.actions) == len(gold.actions), (seed, episode.actions)
+    focus = [(observation, action.removeprefix("focus on "))
+             for observation, action in zip(episode.observations, episode.actions) if action.startswith("focus on ")]
+    assert focus and all(thing in listed_things(observation) for observation, thing in focus), (seed, focus)
+    renamed += episode.actions != gold.actions
+  assert renamed == 3  # the world's words differ from the listing's in these games
+
+
+def test_shown_names():
+  room = ("This outside location is called the outside. Here you see:\n\tthe agent\n\ta substance called air\n"
+          "\ta crocodile egg\n\ta chameleon egg\n\ta baby brown bear\n\ta fountain (containing a substance called "
+          "water)\n\ta table. On the table is: a bowl (containing nothing).\nYou also see:\n\tA door to the foundry "
+          "(that is open)")
+  assert listed_things(room) == ["agent", "air", "crocodile egg", "chameleon egg", "baby brown bear", "fountain",
+                                 "table"]
+  assert shown_name("focus on crocodile", room) == "focus on crocodile egg"
+  assert shown_name("focus on baby baby brown bear", room) == "focus on baby brown bear"
+  assert shown_name("focus on fountain", room) == "focus on fountain"
+  assert shown_name("focus on egg", room) == "focus on egg"  # two listed eggs: kept
+  assert shown_name("focus on bowl", room) == "focus on bowl"  # what a thing holds is not listed
+  assert shown_name("pick up crocodile", room) == "pick up crocodile"  # only what the oracle focuses on
+  assert shown_name("focus on crocodile", "You focus on the crocodile egg.") == "focus on crocodile"
+
+
 def test_teleporting_paths():
   assert teleporting_path(["open door to hallway", "go to hallway", "open door to greenhouse", "go to greenhouse",
                            "look around", "focus on pea plant", "open door to kitchen", "go to kitchen",
@@ -188,6 +223,8 @@ def test_teleporting_paths():
     ScienceWorldEnv(task="find-plant", simplifications="openDoors", oracle="teleport")
   with pytest.raises(ValueError, match="oracle must be one of"):
     ScienceWorldEnv(task="find-plant", oracle="search")
+  with pytest.raises(ValueError, match="oracle_names must be one of"):
+    ScienceWorldEnv(task="find-plant", oracle_names="listed")
 
 
 def test_tasks_are_named_by_name_paper_id_or_index():
