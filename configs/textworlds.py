@@ -46,20 +46,22 @@ WORLDS = {
         eval_kwargs={"split": "dev"}, sft_kwargs={"oracle": "gold"},
         max_steps=8, max_prompt_tokens=384, max_new_tokens=8, sft_offset=500),
     # Find the animal with the longest life span among the three outside (lifespan-longest-lived, the world's
-    # "easy" simplifications). Each variation puts three of 15 species outside ("a baby wolf", "a parrot egg",
-    # ...); focusing on the right one wins, on another fails, so the episode is a choice that success alone
-    # teaches. The demonstrations teleport outside, look around and focus (3 steps); the 62 training variations are
-    # split between the SFT games (seeds 46-61: a warm start that acts, and knows some of the ranking) and the
-    # held-in RL pool (seeds 0-45), and the 31 dev variations are held out. Its warm start (~14 min of SFT on 2
-    # cores) wins 0.56 of the held-in and 0.68 of the held-out games, and 20 iterations (~1 h) raised held-in
-    # pass@1 to 0.70, not held-out success (docs/results.md). find-plant (`--config.env.kwargs.task=find-plant`,
-    # with 256 demonstrations) is the longer task a tiny warm start wins ~3% of, where RL at this scale did not
-    # raise success.
+    # "easy" simplifications). Each variation puts one of 5 long-lived species and two of 10 short-lived ones
+    # outside ("a parrot egg", "a baby wolf", ...); focusing on the long-lived one wins, on another animal fails,
+    # so the episode is a choice that success alone teaches. The demonstrations teleport outside, look around and
+    # focus (3 steps), naming the animal as the room lists it (`oracle_names="shown"`, which the policy can copy);
+    # 4 steps leave room for one wrong name the world does not know, not for trying all five. The 62 training
+    # variations are split between the SFT games (seeds 46-61) and the held-in RL pool (seeds 0-45); the 31 dev
+    # variations, whose trios no training variation has, are held out. Its warm start (~12 min of SFT on 2 cores)
+    # wins 0.60 of the held-in and 0.53 of the held-out games; 20 iterations (~40 min) raised held-in pass@1 to
+    # 0.75, not held-out success (docs/results.md). find-plant (`--config.env.kwargs.task=find-plant`, with 256
+    # demonstrations) is the longer task a tiny warm start wins ~3% of, where RL at this scale did not raise
+    # success.
     "scienceworld": dict(
         id="explore_jax/ScienceWorld-v0",
         kwargs={"task": "lifespan-longest-lived", "simplifications": "easy", "split": "train"},
-        eval_kwargs={"split": "dev"}, sft_kwargs={"oracle": "teleport"}, action_history=8, sft_episodes=16,
-        sft_steps=60, max_steps=8, max_prompt_tokens=512, max_new_tokens=32, sft_offset=46, task_pool=46,
+        eval_kwargs={"split": "dev"}, sft_kwargs={"oracle": "teleport", "oracle_names": "shown"}, action_history=8,
+        sft_episodes=16, sft_steps=60, max_steps=4, max_prompt_tokens=512, max_new_tokens=32, sft_offset=46, task_pool=46,
         held_out=31),
     # TextWorld's coin collector at level 5: the objective names the way (go west, go north, ... take coin) in
     # varied words. Games are generated on first use (2-5 s of CPU each, then cached), so the pools are small.
