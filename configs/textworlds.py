@@ -54,7 +54,7 @@ WORLDS = {
     # variations are split between the SFT games (seeds 46-61) and the held-in RL pool (seeds 0-45); the 31 dev
     # variations, whose trios no training variation has, are held out. Its warm start (~12 min of SFT on 2 cores)
     # wins 0.60 of the held-in and 0.53 of the held-out games; 20 iterations (~40 min) raised held-in pass@1 to
-    # 0.75, not held-out success (docs/results.md). find-plant (`--config.env.kwargs.task=find-plant`, with 256
+    # 0.75, not held-out success, and 40 raised both (0.84, 0.69; one seed, docs/results.md). find-plant (`--config.env.kwargs.task=find-plant`, with 256
     # demonstrations) is the longer task a tiny warm start wins ~3% of, where RL at this scale did not raise
     # success.
     "scienceworld": dict(
