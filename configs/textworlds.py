@@ -54,15 +54,15 @@ WORLDS = {
     # variations are split between the SFT games (seeds 46-61) and the held-in RL pool (seeds 0-45); the 31 dev
     # variations, whose trios no training variation has, are held out. Its warm start (~12 min of SFT on 2 cores)
     # wins 0.60 of the held-in and 0.53 of the held-out games; 20 iterations (~40 min) raised held-in pass@1 to
-    # 0.75, not held-out success, and 40 raised both (0.84, 0.69; one seed, docs/results.md). find-plant (`--config.env.kwargs.task=find-plant`, with 256
-    # demonstrations) is the longer task a tiny warm start wins ~3% of, where RL at this scale did not raise
-    # success.
+    # 0.75, not held-out success, and 40 raised both (0.84, 0.69; one seed, docs/results.md). find-plant
+    # (`--config.env.kwargs.task=find-plant`, with 256 demonstrations) is the longer task a tiny warm start wins
+    # ~3% of, where RL at this scale did not raise success.
     "scienceworld": dict(
         id="explore_jax/ScienceWorld-v0",
         kwargs={"task": "lifespan-longest-lived", "simplifications": "easy", "split": "train"},
         eval_kwargs={"split": "dev"}, sft_kwargs={"oracle": "teleport", "oracle_names": "shown"}, action_history=8,
-        sft_episodes=16, sft_steps=60, max_steps=4, max_prompt_tokens=512, max_new_tokens=32, sft_offset=46, task_pool=46,
-        held_out=31),
+        sft_episodes=16, sft_steps=60, max_steps=4, max_prompt_tokens=512, max_new_tokens=32, sft_offset=46,
+        task_pool=46, held_out=31),
     # TextWorld's coin collector at level 5: the objective names the way (go west, go north, ... take coin) in
     # varied words. Games are generated on first use (2-5 s of CPU each, then cached), so the pools are small.
     "textworld": dict(
