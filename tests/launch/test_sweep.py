@@ -266,6 +266,22 @@ def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
 
 
+def test_the_scienceworld_protocol_plans_three_seeds_of_40_iterations_from_one_warm_start():
+  from configs.protocols import scienceworld as protocol
+  out = sweep("--protocol=configs/protocols/scienceworld.py", "--root=/nonexistent/root", "--dry_run",
+              "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  assert len(lines) == 6 and all("--config.sft.seed=0" in line for line in lines)
+  for method in ("gigpo", "grpo"):
+    mine = [line for line in lines if f"/{method}_scienceworld_it40/" in line]
+    assert all(f"--config=configs/{method}_scienceworld.py" in line for line in mine)
+    assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+  assert all(line.endswith("--config.train.num_iterations=40") for line in lines)
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+
+
 def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start():
   from configs.protocols import alfworld as protocol
   out = sweep("--protocol=configs/protocols/alfworld.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
@@ -378,7 +394,7 @@ def test_a_bad_sweep_file_is_a_one_line_error(tmp_path):
       "error: zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1")
 
 
-@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob", "alfworld"])
+@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob", "alfworld", "scienceworld"])
 def test_the_protocols_plan_the_same_runs_as_before_grids(protocol):
   """The arms form of configs/protocols/ plans what it planned before product/zip existed: every run's
   directory and command, from the file's own constants by the rule it always had."""
