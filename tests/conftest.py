@@ -1,6 +1,6 @@
 """Test setup: eight fake CPU devices for sharding tests (XLA_FLAGS must be set before jax loads); one store of
-compiled programs for every run; the files with slow tests first; a local Cloud Storage emulator for the tests of
-bucket run directories; a nano model."""
+compiled programs for every run and for the test processes themselves; the files with slow tests first; a local
+Cloud Storage emulator for the tests of bucket run directories; a nano model."""
 import os
 
 import pytest
@@ -15,6 +15,18 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 # their own too: a loaded program is the one compiled before, so no result changes, and a run compiles only what
 # no earlier run on this machine did.
 os.environ.setdefault("EXPLORE_JAX_XLA_CACHE", cache.xla_root())
+
+# The test processes themselves keep and load their compiled programs there as well (under their own machine tag:
+# XLA_FLAGS above is part of it), down to the small ones: most of an in-process test's time on the CPU is
+# compiling the tiny models' programs, many of them the same from one test to the next and from one `make test` to
+# the next. (tests/train/test_learner.py alone on 2 cores: 147 s without the store, 78 s loading what took 0.5 s
+# or more to compile, 53 s with this threshold.)
+import jax  # noqa: E402  (after XLA_FLAGS)
+
+from explore_jax.train import xla_cache  # noqa: E402
+
+xla_cache.enable()
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.05)
 
 GCS_BUCKET = "test-bucket"
 
