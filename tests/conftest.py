@@ -21,12 +21,9 @@ os.environ.setdefault("EXPLORE_JAX_XLA_CACHE", cache.xla_root())
 # compiling the tiny models' programs, many of them the same from one test to the next and from one `make test` to
 # the next. (tests/train/test_learner.py alone on 2 cores: 147 s without the store, 78 s loading what took 0.5 s
 # or more to compile, 53 s with this threshold.)
-import jax  # noqa: E402  (after XLA_FLAGS)
+from explore_jax.train import xla_cache  # noqa: E402  (jax loads here, after XLA_FLAGS)
 
-from explore_jax.train import xla_cache  # noqa: E402
-
-xla_cache.enable()
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.05)
+xla_cache.enable(min_compile_seconds=0.05)
 
 GCS_BUCKET = "test-bucket"
 

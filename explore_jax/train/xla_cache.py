@@ -20,8 +20,9 @@ MAX_BYTES = 2 << 30
 MIN_COMPILE_SECONDS = 0.5  # programs that compile faster than this are not worth a file
 
 
-def enable(directory: Optional[str] = None) -> str:
-  """Turns the cache on for this process (before the first compilation); returns its directory."""
+def enable(directory: Optional[str] = None, min_compile_seconds: float = MIN_COMPILE_SECONDS) -> str:
+  """Turns the cache on for this process (before the first compilation), keeping programs that took at least
+  `min_compile_seconds` to compile; returns its directory."""
   if directory is None:
     from explore_jax import cache
     from explore_jax.train import provenance
@@ -29,6 +30,6 @@ def enable(directory: Optional[str] = None) -> str:
     directory = os.path.join(cache.xla_root(), provenance.machine_tag())
   os.makedirs(directory, exist_ok=True)
   jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_seconds)
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   return directory
