@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from typing import Any, Callable, Optional
 
 import jax
@@ -53,14 +54,33 @@ def family_of(raw: dict[str, Any], where: str = "config.json") -> str:
       f"{where}: unsupported architecture {archs or model_type!r}; supported: {sorted(ARCHITECTURES)}")
 
 
-def config_from_hf(hf_dir: str, *, param_dtype: str = "float32", dtype: Optional[str] = None) -> ModelConfig:
-  """Our ModelConfig from a checkpoint's config.json (read through transformers, so defaults match)."""
+# The config.json fields config_from_hf reads. A config.json that spells out every one, in transformers 5's layout
+# (rope_parameters, as hf_config_dict and transformers 5 write it), is read as written: there is no default to
+# supply. Any other goes through transformers' AutoConfig, which supplies the family's defaults and converts older
+# layouts (a top-level rope_theta, rope_scaling), at the price of importing torch (~3.5 s of CPU a process).
+EXPLICIT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings",
+                   "max_position_embeddings")
+_LEGACY_FIELDS = ("rope_theta", "rope_scaling")
+
+
+def hf_config(hf_dir: str, raw: dict[str, Any]) -> Any:
+  """The checkpoint's config as attributes: `raw` (its config.json) itself where every EXPLICIT_FIELDS entry is
+  there, else transformers' AutoConfig of the directory."""
+  if all(k in raw for k in EXPLICIT_FIELDS) and not any(k in raw for k in _LEGACY_FIELDS):
+    return types.SimpleNamespace(**raw)
   import transformers  # imported here: only import/export needs it
 
+  return transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+
+
+def config_from_hf(hf_dir: str, *, param_dtype: str = "float32", dtype: Optional[str] = None) -> ModelConfig:
+  """Our ModelConfig from a checkpoint's config.json (transformers' defaults where it leaves a field out:
+  hf_config)."""
   raw = _read_config_json(hf_dir)
   where = os.path.join(hf_dir, "config.json")
   family = family_of(raw, where)
-  hf = transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+  hf = hf_config(hf_dir, raw)
   for flag in ("attention_bias", "mlp_bias", "use_sliding_window"):
     if getattr(hf, flag, False):
       raise UnsupportedCheckpointError(f"{where}: {flag}=true is not supported")

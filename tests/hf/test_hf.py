@@ -117,6 +117,49 @@ def test_import_streams_without_materialising_the_checkpoint(tmp_path, monkeypat
   assert isinstance(view, np.memmap)  # a view of the file, not a copy in memory
 
 
+def _through_transformers(hf_dir: str) -> "hf.ModelConfig":
+  """config_from_hf with every field read through transformers' AutoConfig, as it read them all before."""
+  original = convert.hf_config
+  try:
+    convert.hf_config = lambda d, raw: transformers.AutoConfig.from_pretrained(d, local_files_only=True)
+    return hf.config_from_hf(hf_dir)
+  finally:
+    convert.hf_config = original
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_config_reads_as_transformers_reads_it(tmp_path, family):
+  """A config.json that spells out every field is read without transformers, to the same ModelConfig; one that
+  leaves some out (transformers 5 writes no head_dim for Qwen2) goes through transformers."""
+  d = make_hf_checkpoint(tmp_path / "hf", family)
+  raw = json.load(open(os.path.join(d, "config.json")))
+  explicit = all(k in raw for k in convert.EXPLICIT_FIELDS)
+  assert explicit == (family != "qwen2")
+  assert isinstance(convert.hf_config(d, raw), transformers.PreTrainedConfig) != explicit
+  assert hf.config_from_hf(d) == _through_transformers(d)
+  ours = str(tmp_path / "ours")  # as hf_config_dict writes it
+  convert.save_params(ours, hf.config_from_hf(d), hf.load_pretrained(d, with_tokenizer=False).params)
+  assert hf.config_from_hf(ours) == _through_transformers(ours) == hf.config_from_hf(d)
+
+
+def test_older_config_layouts_go_through_transformers(tmp_path):
+  """A top-level rope_theta and no head_dim (transformers 4's Llama layout): transformers fills in and converts."""
+  d = make_hf_checkpoint(tmp_path, "llama3")
+  raw = json.load(open(os.path.join(d, "config.json")))
+  old = {k: v for k, v in raw.items() if k not in ("rope_parameters", "head_dim")}
+  with open(os.path.join(d, "config.json"), "w") as f:
+    json.dump({**old, "rope_theta": 250_000.0}, f)
+  config = hf.config_from_hf(d)
+  assert (config.rope_theta, config.rope_type, config.head_dim) == (250_000.0, "default", 16)
+
+
+def test_a_run_loads_its_model_and_tokenizer_without_torch():
+  code = ("import sys; from explore_jax import hf; p = hf.load_pretrained(hf.tiny_dir()); "
+          "assert p.tokenizer is not None; print('torch' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
 def test_errors_name_the_problem(tmp_path):
   with pytest.raises(FileNotFoundError, match="does not exist"):
     hf.load_pretrained(str(tmp_path / "nowhere"))
