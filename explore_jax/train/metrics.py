@@ -3,13 +3,13 @@ run directory or a bucket (explore_jax/storage.py)."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
 from explore_jax import storage
+from explore_jax.train import events
 
 
 class MetricsWriter:
@@ -19,7 +19,7 @@ class MetricsWriter:
   reads as if it had never stopped. With `write=False` (the processes of a multi-host run other than process
   0) it keeps the history in memory and writes nothing. In a bucket, whose objects cannot be appended to,
   each row rewrites metrics.jsonl whole (the same lines: the history) and the event file is uploaded whole
-  at each flush; both are small next to an iteration.
+  at each flush; both are small next to an iteration. TensorBoard's event file is explore_jax/train/events.py's.
   """
 
   def __init__(self, workdir: str, *, resume_from: Optional[int] = None, tensorboard: bool = True,
@@ -33,12 +33,7 @@ class MetricsWriter:
         rows = [json.loads(line) for line in f if line.strip()]
       self.history = [r for r in rows if resume_from is not None and r["iteration"] <= resume_from]
       self._rewrite()
-    self._tb = None
-    if tensorboard and write:
-      from tensorboardX import SummaryWriter
-      if self._remote:
-        _events_through_storage(storage.scheme(workdir))
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self._events = events.EventFile(os.path.join(workdir, "tensorboard")) if tensorboard and write else None
 
   def _rewrite(self) -> None:
     """metrics.jsonl as the history, whole (a resume's truncation; every row in a bucket)."""
@@ -55,51 +50,14 @@ class MetricsWriter:
     else:
       with open(self.path, "a") as f:
         f.write(json.dumps(row) + "\n")
-    if self._tb is not None:
-      for k, v in row.items():
-        if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
-          self._tb.add_scalar(k, v, iteration)
-      self._tb.flush()
+    if self._events is not None:
+      self._events.add_scalars(iteration, {k: v for k, v in row.items() if k != "iteration"
+                                           and isinstance(v, (int, float)) and math.isfinite(v)})
+      self._events.flush()
 
   def close(self) -> None:
-    if self._tb is not None:
-      self._tb.close()
-
-
-class _WholeObjectEventFile:
-  """A TensorBoard event file in a bucket for tensorboardX's record writer: its bytes are kept here and the
-  object is uploaded whole at every flush (and on close), as objects cannot be appended to."""
-
-  def __init__(self, path: str):
-    self.path, self._buffer = path, io.BytesIO()
-
-  def write(self, data: bytes) -> None:
-    self._buffer.write(data)
-
-  def flush(self) -> None:
-    with storage.open(self.path, "wb") as f:
-      f.write(self._buffer.getvalue())
-
-  def close(self) -> None:
-    self.flush()
-
-
-class _WholeObjectEventFiles:
-  """tensorboardX's writer factory interface (record_writer.register_writer_factory)."""
-
-  def open(self, path: str) -> _WholeObjectEventFile:
-    return _WholeObjectEventFile(path)
-
-  def directory_check(self, path: str) -> None:
-    """Objects need no directory."""
-
-
-def _events_through_storage(scheme: str) -> None:
-  """Event files under `scheme`:// go through explore_jax.storage, the client every other run file uses (and
-  the one an emulator is configured for), rather than tensorboardX's own gs:// / s3:// clients."""
-  from tensorboardX import record_writer
-
-  record_writer.register_writer_factory(scheme, _WholeObjectEventFiles())
+    if self._events is not None:
+      self._events.close()
 
 
 def _plain(v: Any) -> Any:
