@@ -1,9 +1,10 @@
-"""TensorBoard event files of scalars, written with nothing but the standard library and google-crc32c.
+"""TensorBoard event files of scalars, written with the standard library and google-crc32c (through
+explore_jax.storage, so in a bucket too).
 
 An event file is a sequence of records, each framed as TensorFlow's TFRecord: the payload's length (uint64,
 little-endian), a masked CRC-32C of those 8 bytes, the payload, and a masked CRC-32C of the payload. Every payload
 is a serialised `tensorflow.Event`: first one naming the file format ("brain.Event:2"), then one per logged step
-holding a `Summary` of (tag, simple_value) pairs. Those four protobuf messages need only seven fields, encoded
+holding a `Summary` of (tag, simple_value) pairs. Those three protobuf messages need only seven fields, encoded
 here by hand (field numbers from tensorflow/core/util/event.proto and tensorflow/core/framework/summary.proto).
 
 This is what the run's metrics need of TensorBoard. A general writer (tensorboardX) imports torch when it is
