@@ -1,8 +1,8 @@
 """The ALFWorld protocol: GiGPO and its GRPO baseline (and GiGPO for three times the iterations, on the same 64
 held-in games or on a fresh game per group with a KL term, from the first warm start or from one of four times
-its demonstrations, or with the admissible actions listed in the prompt) on the generated
-household games in the smaller rooms, from the first tiny warm start that wins some of them, reported by
-launch/compare.py per arm (held-out success of the warm start and of the trained policy: the `summary.json` pass@1
+its demonstrations, scored on 32 games of each held-out split or 128, or with the admissible actions listed in the
+prompt) on the generated household games in the smaller rooms, from the first tiny warm start that wins some of
+them, reported by launch/compare.py per arm (held-out success of the warm start and of the trained policy: the `summary.json` pass@1
 rows).
 
   make protocol PROTOCOL=configs/protocols/alfworld.py \

@@ -289,7 +289,7 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
   arms = ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60",
           "gigpo_alfworld_small_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60",
-          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60")
+          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60_games128")
   assert len(lines) == 3 * len(arms) and all("--config.sft.seed=0" in line for line in lines)
   for arm in arms:
     mine = [line for line in lines if f"/{arm}/" in line]
@@ -302,6 +302,9 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   bigger = [line for line in lines if "/gigpo_alfworld_small_ws2048_fresh_kl_it60/" in line]
   assert all("--config.sft.steps=1200 --config.sft.oracle_episodes=2048" in line and line.endswith(
       "--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01") for line in bigger)
+  games128 = [line for line in lines if "/gigpo_alfworld_small_ws2048_fresh_kl_it60_games128/" in line]
+  assert all(line.endswith("--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01 "
+                           "--config.eval.passk_held_out_tasks=128") for line in games128)
   listed = [line for line in lines if "/gigpo_alfworld_small_listed_ws512_fresh_kl_it60/" in line]
   assert all("--config.env.kwargs.list_actions=True" in line and "--config.sft.oracle_episodes=512" in line
              and f"--config.rollout.max_prompt_tokens={protocol.PROMPT_TOKENS_LISTED}" in line for line in listed)
@@ -310,6 +313,8 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
   assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512_fresh_kl_it60"] == args[
       "gigpo_alfworld_small_ws512"] != args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
+  # Scoring more games changes no warm start either: the 128-game arm starts from the ws2048 arm's.
+  assert args["gigpo_alfworld_small_ws2048_fresh_kl_it60_games128"] == args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
   assert len({args["gigpo_alfworld_small_listed_ws512_fresh_kl_it60"], args["gigpo_alfworld_small_ws512"],
               args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]}) == 3
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
