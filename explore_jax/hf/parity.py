@@ -7,13 +7,14 @@ positions, so the comparison covers our mrope_positions too.
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from explore_jax.hf import convert, convert_vl, load_tokenizer
+from explore_jax.hf import convert, convert_vl, gguf_import, load_tokenizer
 from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 from explore_jax.models.config import VLConfig
@@ -47,7 +48,15 @@ def pad_rows(ids: Sequence[Sequence[int]], pad: int, padding_side: str = "left")
 
 def max_logit_diffs(hf_dir: str, prompts: Sequence[str] = DEFAULT_PROMPTS, *, dtype: str = "float32",
                     padding_side: str = "left") -> list[float]:
-  """Per-prompt max |logits_ours - logits_transformers| over real tokens of one padded batch."""
+  """Per-prompt max |logits_ours - logits_transformers| over real tokens of one padded batch. `hf_dir` may also be a
+  GGUF file (or a directory holding one): ours runs our conversion of it, transformers its own GGUF loader."""
+  gguf_file = gguf_import.find_gguf(hf_dir)
+  reference_kwargs = {}
+  if gguf_file is not None:
+    hf_dir, reference_dir = gguf_import.converted_dir(gguf_file), os.path.dirname(gguf_file)
+    reference_kwargs = {"gguf_file": os.path.basename(gguf_file)}
+  else:
+    reference_dir = hf_dir
   if convert_vl.is_vl_checkpoint(hf_dir):
     return vl_max_logit_diffs(hf_dir, prompts, dtype=dtype, padding_side=padding_side)
   import torch
@@ -65,7 +74,8 @@ def max_logit_diffs(hf_dir: str, prompts: Sequence[str] = DEFAULT_PROMPTS, *, dt
   del params
 
   torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-  ref_model = AutoModelForCausalLM.from_pretrained(hf_dir, local_files_only=True, dtype=torch_dtype)
+  ref_model = AutoModelForCausalLM.from_pretrained(reference_dir, local_files_only=True, dtype=torch_dtype,
+                                                   **reference_kwargs)
   ref_model.eval()
   with torch.no_grad():
     ref = ref_model(input_ids=torch.from_numpy(tokens.astype(np.int64)),
