@@ -6,6 +6,8 @@ environment, the shared strategy prompt, the RL recipe and the two scales.
   tiny        (default) the built-in 4M-parameter model on generated tasks (explore_jax/envs/coding,
               `dataset="procedural"`), warm-started by SFT on solved tasks of a disjoint split; sized so a
               run fits a 2-core CPU in minutes.
+  small       the tiny settings with the built-in pretrained SmolLM2-135M-Instruct (configs/small.py), for an
+              accelerator.
   paper       Table 2 with a local Qwen3-4B-Instruct directory and LeetCodeDataset files the user brings:
                 --config.model.checkpoint=/path/to/Qwen3-4B-Instruct
                 --config.env.kwargs.dataset=/path/to/train.jsonl --config.eval.env_kwargs.dataset=/path/to/test.jsonl
@@ -13,11 +15,11 @@ environment, the shared strategy prompt, the RL recipe and the two scales.
 
 import ml_collections
 
-from configs import base
+from configs import base, small
 from explore_jax.methods import grpo
 from explore_jax.methods.sge import STRATEGY_PROMPT
 
-VARIANTS = ("", "tiny", "paper")
+VARIANTS = ("", "tiny", "small", "paper")
 
 
 def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
@@ -118,4 +120,4 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
     c.train.num_iterations = 200
     c.checkpoint.every = 10
     c.sft.enabled = False                        # RL from the instruct model
-  return c
+  return small.apply(c) if variant == "small" else c

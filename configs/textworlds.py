@@ -9,6 +9,8 @@ and ALFWorld, each trained with GRPO or GiGPO (configs/{grpo,gigpo}_<world>.py) 
          training games;
          held-out success on the world's held-out split (eval.env_kwargs; ALFWorld's unseen rooms, and its
          unseen games in the training rooms as well, eval.more_splits).
+  small  the tiny settings with the built-in pretrained SmolLM2-135M-Instruct (configs/small.py), for an
+         accelerator.
   paper  GiGPO's settings (Feng et al. 2025, ALFWorld; the same recipe for every world): a local
          Qwen2.5-1.5B-Instruct or -7B-Instruct directory the user brings, 16 task groups of 8, 50 steps
          (ScienceWorld: EMPO2's 30), lr 1e-6, k3 KL 0.01, invalid-action penalty 0.1, temperature 1.0 (0.4 in
@@ -24,10 +26,10 @@ gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_pen
 
 import ml_collections
 
-from configs import base
+from configs import base, small
 from explore_jax.methods import grpo
 
-VARIANTS = ("", "tiny", "paper")
+VARIANTS = ("", "tiny", "small", "paper")
 METHODS = ("grpo", "gigpo")
 
 SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you see, then reply with exactly one "
@@ -183,4 +185,4 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
     c.train.num_iterations = 150
     c.checkpoint.every = 10
     c.sft.enabled = False
-  return c
+  return small.apply(c) if variant == "small" else c
