@@ -81,5 +81,16 @@ ARMS += (("gigpo_alfworld_small_listed_ws512_fresh_kl_it60", "configs/gigpo_alfw
           (*LISTED, *LONGER, "--config.rollout.task_pool=0", "--config.rl.loss.kl_coef=0.01")),)
 
 
+# The `:small` scale (configs/small.py: the pretrained SmolLM2-135M-Instruct on the same tiny settings) is
+# accelerator work: on 2 cores one of its RL iterations takes minutes (benchmarks/README.md). Its arms are planned to
+# fit a device loan (15 minutes of one H100/H200, 600 s a call, resumable: a second call goes on from the first's
+# checkpoints) with --parallel=3.
+# The open ALFWorld claim (held-out success rising, three seeds) with a policy that can read: the fresh-game KL arm
+# of ws512's recipe, at 30 iterations so that SFT and three seeds side by side fit one loan.
+ARMS += (("gigpo_alfworld_smollm2_ws512_fresh_kl_it30", "configs/gigpo_alfworld.py:small",
+          (*OVERRIDES, "--config.train.num_iterations=30", "--config.rl.micro_batch_size=8",
+           "--config.rollout.task_pool=0", "--config.rl.loss.kl_coef=0.01")),)
+
+
 def get_protocol() -> dict:
   return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)

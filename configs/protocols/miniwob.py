@@ -34,5 +34,8 @@ ARMS += (("grpo_miniwob_fresh_ws2048", "configs/grpo_miniwob.py",
           (*ARMS[0][2], "--config.sft.oracle_episodes=2048", "--config.sft.steps=1000")),)
 
 
+# No `:small` arm: SmolLM2 reads no images, and no pretrained vision-language model installs with the project.
+
+
 def get_protocol() -> dict:
   return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)

@@ -22,6 +22,12 @@ SEEDS = 3
 LONGER = ("--config.train.num_iterations=40",)
 ARMS = tuple((f"{method}_scienceworld_it40", f"configs/{method}_scienceworld.py", LONGER)
              for method in ("gigpo", "grpo"))
+# The `:small` scale (configs/small.py: the pretrained SmolLM2-135M-Instruct on the same tiny settings) is
+# accelerator work: on 2 cores one of its RL iterations takes minutes (benchmarks/README.md). Its arms are planned to
+# fit a device loan (15 minutes of one H100/H200, 600 s a call, resumable: a second call goes on from the first's
+# checkpoints) with --parallel=3.
+ARMS += tuple((f"{method}_scienceworld_small_it40", f"configs/{method}_scienceworld.py:small", LONGER)
+              for method in ("gigpo", "grpo"))
 
 
 def get_protocol() -> dict:

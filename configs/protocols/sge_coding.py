@@ -31,6 +31,12 @@ ARMS = (
     ("sge_no_negative_reflection", "configs/sge_coding.py", ("--config.sge.p_failure=0",)),
     ("sge_no_positive_reflection", "configs/sge_coding.py", ("--config.sge.p_success=0",)),
 )
+# The `:small` scale (configs/small.py: the pretrained SmolLM2-135M-Instruct on the same tiny settings) is
+# accelerator work: on 2 cores one of its RL iterations takes minutes (benchmarks/README.md). Its arms are planned to
+# fit a device loan (15 minutes of one H100/H200, 600 s a call, resumable: a second call goes on from the first's
+# checkpoints) with --parallel=3.
+# SGE against GRPO only; a strategy that a model can read is where SGE's claim lives.
+ARMS += (("sge_small", "configs/sge_coding.py:small", ()), ("grpo_small", "configs/grpo_coding.py:small", ()))
 
 
 def get_protocol() -> dict:

@@ -67,5 +67,15 @@ ARMS += tuple((f"{method}_alfworld_small", f"configs/{method}_alfworld.py",
               for method in ("gigpo", "grpo"))
 # That warm start wins none of 384 samples; the arms from the one that wins are configs/protocols/alfworld.py.
 
+# The `:small` scale (configs/small.py: the pretrained SmolLM2-135M-Instruct on the same tiny settings) is
+# accelerator work: on 2 cores one of its RL iterations takes minutes (benchmarks/README.md). Its arms are planned to
+# fit a device loan (15 minutes of one H100/H200, 600 s a call, resumable: a second call goes on from the first's
+# checkpoints) with --parallel=3.
+# The TWX search arms, where GiGPO gained held-out success with the tiny model.
+ARMS += tuple((f"{method}_twx_search_small", f"configs/{method}_twx.py:small",
+               ("--config.rollout.task_pool=0", "--config.eval.passk_held_out_tasks=64", "--config.action_history=8",
+                "--config.sft.env_kwargs.oracle=search"))
+              for method in ("gigpo", "grpo"))
+
 def get_protocol() -> dict:
   return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)

@@ -127,6 +127,10 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=4096, hidden_size=256, intermediate_size=704, num_layers=4, num_heads=8,
         num_kv_heads=4, head_dim=32, rope_theta=10_000.0, qk_norm=True, tie_embeddings=True,
         max_position_embeddings=4096),
+    # The built-in pretrained model's shape ("smollm2-135m-instruct" in hf.load_pretrained has its weights).
+    "smollm2-135m": ModelConfig(
+        vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9, num_kv_heads=3,
+        head_dim=64, rope_theta=100_000.0, rms_norm_eps=1e-5, tie_embeddings=True, max_position_embeddings=8192),
     "qwen3-0.6b": ModelConfig(
         vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
         num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0, qk_norm=True, tie_embeddings=True,

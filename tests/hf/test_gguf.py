@@ -173,3 +173,11 @@ def test_check_hf_takes_a_gguf_file(tmp_path):
   assert run.returncode == 0, run.stderr[-2000:]
   last = run.stdout.strip().splitlines()[-1]
   assert last.startswith("max_abs_logit_diff=") and float(last.split("=")[1]) <= 1e-4
+
+
+def test_the_smollm2_preset_is_the_builtin_checkpoint_shape():
+  from explore_jax.models.config import PRESETS
+
+  loaded = hf.convert.config_from_hf(hf.resolve("smollm2-135m-instruct"))
+  assert PRESETS["smollm2-135m"] == loaded.replace(rms_norm_eps=PRESETS["smollm2-135m"].rms_norm_eps)
+  assert abs(loaded.rms_norm_eps - 1e-5) < 1e-12  # the file stores it as float32

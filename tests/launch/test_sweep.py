@@ -1,6 +1,7 @@
 """launch/sweep.py: a protocol's plan, and resumable sweeps with a fake trainer (no test here trains)."""
 
 import importlib
+import itertools
 import json
 import os
 import shlex
@@ -96,7 +97,8 @@ def test_dry_run_plans_the_sge_protocol_interleaved(tmp_path):
   out = sweep("--protocol=configs/protocols/sge_coding.py", f"--root={root}", "--dry_run", "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line.split() for line in out.stdout.splitlines() if "launch/train.py" in line]
-  arms = ["sge", "grpo", "sge_no_mixed_temperature", "sge_no_negative_reflection", "sge_no_positive_reflection"]
+  arms = ["sge", "grpo", "sge_no_mixed_temperature", "sge_no_negative_reflection", "sge_no_positive_reflection",
+          "sge_small", "grpo_small"]
   seeds, warm_starts = sge_protocol.SEEDS, sge_protocol.WARM_STARTS
   assert warm_starts >= 2 and seeds * warm_starts >= 4  # the permutation test needs 4 runs per arm to reach 0.05
   assert len(lines) == len(arms) * warm_starts * seeds
@@ -106,12 +108,13 @@ def test_dry_run_plans_the_sge_protocol_interleaved(tmp_path):
               for arm in arms]
   assert workdirs == expected
   assert lines[0][0] == "complete" and lines[1][:3] == ["partial", "(checkpoint", "8)"] and lines[2][0] == "pending"
-  sge_ws1_seed0 = lines[5]
+  sge_ws1_seed0 = lines[len(arms)]
   assert "--config=configs/sge_coding.py" in sge_ws1_seed0 and "--config.seed=0" in sge_ws1_seed0
   assert "--config.sft.seed=1" in sge_ws1_seed0 and "--config.train.num_iterations=16" in sge_ws1_seed0
   assert "--config=configs/grpo_coding.py" in lines[1]
   assert lines[2][-1] == "--config.sge.strategy_temperature=0.7"
   assert lines[3][-1] == "--config.sge.p_failure=0" and lines[4][-1] == "--config.sge.p_success=0"
+  assert "--config=configs/sge_coding.py:small" in lines[5] and "--config=configs/grpo_coding.py:small" in lines[6]
   pending = len(arms) * warm_starts * seeds - 2
   assert "1 complete" in out.stdout and "1 partial" in out.stdout and f"{pending} pending" in out.stdout
   assert sorted(os.listdir(root)) == ["m1"] and sorted(os.listdir(root / "m1")) == ["grpo", "sge"]  # creates nothing
@@ -272,10 +275,11 @@ def test_the_scienceworld_protocol_plans_three_seeds_of_40_iterations_from_one_w
               "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 6 and all("--config.sft.seed=0" in line for line in lines)
-  for method in ("gigpo", "grpo"):
-    mine = [line for line in lines if f"/{method}_scienceworld_it40/" in line]
-    assert all(f"--config=configs/{method}_scienceworld.py" in line for line in mine)
+  assert len(lines) == 12 and all("--config.sft.seed=0" in line for line in lines)
+  for method, scale in itertools.product(("gigpo", "grpo"), ("", "_small")):
+    mine = [line for line in lines if f"/{method}_scienceworld{scale}_it40/" in line]
+    variant = ":small" if scale else ""
+    assert len(mine) == 3 and all(f"--config=configs/{method}_scienceworld.py{variant} " in line for line in mine)
     assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
   assert all(line.endswith("--config.train.num_iterations=40") for line in lines)
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
@@ -289,7 +293,8 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
   arms = ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60",
           "gigpo_alfworld_small_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60",
-          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60_games128")
+          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60_games128",
+          "gigpo_alfworld_smollm2_ws512_fresh_kl_it30")
   assert len(lines) == 3 * len(arms) and all("--config.sft.seed=0" in line for line in lines)
   for arm in arms:
     mine = [line for line in lines if f"/{arm}/" in line]
