@@ -97,6 +97,16 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.max_staleness = 0
 
   # The policy update. Symbols as in the papers.
+  # New tokens of a method's generation after an episode (a prompt hook's final_prompt: EMPO2's tip); 0: the
+  # step budget, max_new_tokens.
+  c.rollout.final_max_new_tokens = 0
+
+  # The text encoder that answers prompt hooks' embedding requests (and a method's own, EMPO2's memory keys):
+  # "policy" (the policy's mean final hidden state), "all-minilm-l6-v2" (the sentence encoder that installs with
+  # the project) or a local sentence-transformers directory (explore_jax/hf/encoder.py).
+  c.embedding = ml_collections.ConfigDict()
+  c.embedding.encoder = "policy"
+
   c.rl = ml_collections.ConfigDict()
   c.rl.advantage = "grpo"        # a name in rl.advantages' registry
   c.rl.advantage_options = ml_collections.ConfigDict({"eps": 1e-6, "normalize_std": True})

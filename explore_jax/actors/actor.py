@@ -206,6 +206,7 @@ class _Episode:
   steps: list[StepRecord] = dataclasses.field(default_factory=list)
   prompt_ids: list[int] = dataclasses.field(default_factory=list)
   prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+  prompt_notes: dict[str, Any] = dataclasses.field(default_factory=dict)
   truncated_tokens: int = 0
   truncated_prompts: int = 0
   images: tuple[Any, ...] = ()  # the current prompt's images, resized
@@ -357,6 +358,7 @@ class Actor:
       # Cut like the sampled prompt, so an update can score the response under either.
       ep.prompt_variants = {name: self.tokenizer.encode(messages, ep.images)[0]
                             for name, messages in prompt.variants.items()}
+      ep.prompt_notes = dict(prompt.notes)
     except Exception as e:
       self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
       return
@@ -407,7 +409,7 @@ class Actor:
         state_key=int(observation_key(ep.observation) if key is None else key),
         done=done, success=bool(info.get("success", False)), info=dict(info),
         truncated_tokens=ep.truncated_tokens, observation=ep.observation, prompt_variants=ep.prompt_variants,
-        images=ep.images))
+        images=ep.images, prompt_notes=ep.prompt_notes))
     ep.history.append((ep.observation, text))
     ep.observation, ep.info = observation, dict(info)
     ep.step += 1

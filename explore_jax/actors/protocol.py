@@ -113,6 +113,7 @@ class StepRecord:
   # were not sampled from, for updates that score the response under them (EMPO2's prompt without tips).
   prompt_variants: dict[str, list[int]] = dataclasses.field(default_factory=dict)
   images: tuple[np.ndarray, ...] = ()  # the prompt's images, as its PromptRequest carried them
+  prompt_notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # the hook's Prompt.notes for this step
 
 
 @dataclasses.dataclass
@@ -127,6 +128,9 @@ class Prompt:
   # Images of the prompt, uint8 [H, W, 3], one per explore_jax.images.IMAGE marker in the messages' text, in
   # order (variants show the same images); the actor resizes them to what the model reads.
   images: list[np.ndarray] = dataclasses.field(default_factory=list)
+  # Small picklable facts the hook found while building the prompt, kept with the step (StepRecord.prompt_notes)
+  # for the learner: EMPO2's number of tips retrieved.
+  notes: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small

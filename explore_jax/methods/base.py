@@ -1,5 +1,6 @@
 """A method is a small object of hooks plugged into the one training loop (DESIGN.md, "Methods are plug-ins").
 
+Once built, the runtime hands the method its BuildContext (setup: the model, the tokenizer, the text encoder).
 One training iteration (train/loop.py) asks the method, in this order:
 
   rollout      prompt_hook()            the function actors build prompts with (picklable, runs without jax);
@@ -112,6 +113,9 @@ class BuildContext:
   tokenizer: Any = None
   mesh: Any = None
   rules: Any = None
+  # The run's text encoder on the learner's side: texts -> [N, E] unit rows, the vectors EmbedRequests are
+  # answered with (config.embedding.encoder; train/inference.py's InferenceServer.encode).
+  encode: Optional[Callable[[list[str]], np.ndarray]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,10 @@ class Method:
 
   def __init__(self, config: Any):
     self.config = config
+
+  def setup(self, ctx: BuildContext) -> None:
+    """Called once the runtime is built, before any hook below: a method keeps what it needs of `ctx` (EMPO2
+    its text encoder)."""
 
   # ---- rollout -------------------------------------------------------------------------------------
   def prompt_hook(self) -> Callable[..., Any]:

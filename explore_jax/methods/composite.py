@@ -6,7 +6,7 @@
                                           there is one prompt and one sampling schedule per response)
   episode context, record fields, step    merged dicts; the same key from two parts is an error
     fields, aux models, intrinsic terms
-  observe                                 every part, metrics merged
+  setup, observe                          every part (observe's metrics merged)
   update_batch                            chained in order
   sft_request                             the one part that asks at this iteration (two at once: error)
   state_dict / array_state                one entry per part, under the part's name
@@ -93,6 +93,10 @@ class Composite(Method):
     return _merge([(n, m.observe(results, training=training)) for n, m in self._named()], "metric")
 
   # ---- records, aux models, rewards ----------------------------------------------------------------
+  def setup(self, ctx: BuildContext) -> None:
+    for m in self.methods:
+      m.setup(ctx)
+
   def record_fields(self, ctx: BuildContext) -> dict[str, Any]:
     return _merge([(n, m.record_fields(ctx)) for n, m in self._named()], "record field")
 

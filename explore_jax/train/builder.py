@@ -113,8 +113,11 @@ def build(config: Any, workdir: str) -> Parts:
   r = config.rollout
   max_steps = int(config.env.max_steps)
   pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+  text_encoder = make_text_encoder(config)
+  # `encode` reaches the server built below: the run's one text encoder, on the learner's side.
   ctx = BuildContext(model_config=model.config, model=model, initial_params=pre.params, tokenizer=tokenizer,
-                     mesh=mesh, rules=rules)
+                     mesh=mesh, rules=rules, encode=lambda texts: server.encode(texts))
+  method.setup(ctx)
   extras = dict(method.record_fields(ctx))
   if layout is not None:  # records keep their prompts' images: at most rollout.max_images of the env's size
     H, W, C = (int(v) for v in r.get("image_shape", (0, 0, 3)))
@@ -130,7 +133,8 @@ def build(config: Any, workdir: str) -> Parts:
                            response_len=r.max_new_tokens, max_steps=max_steps,
                            batch_size=r.num_actors * r.envs_per_actor * jax.process_count(), lora=lora,
                            base_params=pre.params if lora is not None else None, image_layout=layout,
-                           min_rows=r.min_sampler_rows, width_bucket=r.prompt_width_bucket)
+                           min_rows=r.min_sampler_rows, width_bucket=r.prompt_width_bucket,
+                           final_len=int(r.get("final_max_new_tokens", 0)), text_encoder=text_encoder)
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
   delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]
   train_sampling = sampling.make_sampling_params(method.temperatures(), delimiters, eos_ids=eos, top_p=r.top_p)
@@ -147,6 +151,14 @@ def build(config: Any, workdir: str) -> Parts:
                    # the KL term's reference is the policy RL started from: step 0 outlives the rotation
                    keep_steps=(0,) if learner.reference_logprobs is not None else ()),
                key=key, image_layout=layout)
+
+
+def make_text_encoder(config: Any) -> Any:
+  """The sentence encoder config.embedding.encoder names, or None for the policy's own embedding."""
+  name = config.get("embedding", {}).get("encoder", "policy")
+  if name == "policy":
+    return None
+  return hf.load_encoder(name)
 
 
 def check_environments(config: Any) -> None:

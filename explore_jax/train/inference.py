@@ -2,15 +2,17 @@
 
 `InferenceServer.policy_fn` samples a response for every pending `PromptRequest` of every actor (one
 jitted `sampling.generate` call per fixed-shape chunk); `embed_fn` turns `EmbedRequest` texts into
-vectors with the policy itself (mean of its final hidden states over the text's tokens, unit length), so
-that actors stay free of jax. Both are bound to the parameters and keys of one collection with `bind`.
+unit vectors with the run's text encoder, so that actors stay free of jax: the policy itself by default (mean
+of its final hidden states over the text's tokens), or a sentence encoder (`text_encoder`, e.g. all-MiniLM-L6-v2;
+config.embedding.encoder). Both are bound to the parameters and keys of one collection with `bind`; `encode`
+embeds texts on the learner's side with the same encoder (the parameters last bound, for the policy's).
 
 A row's randomness is keyed by its (episode, step), so a response does not depend on which requests share
 its batch, and neither does its prompt width: prompts are sampled at their own length rounded up to
 `width_bucket` tokens (64: a few compiled widths, far less prefill than max_prompt_tokens; a coarser bucket
 puts a round's prompts of different lengths into fewer, fuller calls, at the price of more prefill). A
 method's generation after the episode (`PromptRequest.final`, EMPO2's tip) is sampled like any step, at step
-index = the episode's length.
+index = the episode's length, with its own budget of new tokens (`final_len`, rollout.final_max_new_tokens).
 
 With LoRA (`lora`, `base_params`), the params a caller binds are the policy's adapters: `bind` merges them into
 the frozen base once (models/lora.py: `merge`), so sampling and embedding run the plain model's computation.
@@ -60,10 +62,17 @@ class InferenceServer:
   # batch_size) that hold its requests, so a call half full does half the work (more compiled shapes).
   min_rows: int = 0
   width_bucket: int = 64  # prompt widths are multiples of this (at most prompt_len)
+  final_len: int = 0  # new tokens of a final generation (PromptRequest.final); 0: response_len
+  # What EmbedRequests are answered with: an object whose encode(texts) gives unit rows [N, E] (hf.load_encoder);
+  # None: the policy's own mean final hidden state.
+  text_encoder: Any = None
 
   def __post_init__(self):
     if isinstance(self.width_bucket, bool) or not isinstance(self.width_bucket, int) or self.width_bucket < 1:
       raise ValueError(f"width_bucket (rollout.prompt_width_bucket) must be a positive int, got {self.width_bucket!r}")
+    if self.final_len < 0:
+      raise ValueError(f"final_len (rollout.final_max_new_tokens) must be >= 0, got {self.final_len}")
+    self._bound_params = None
 
   def rows(self, requests: int) -> int:
     """The batch rows of a sampling call that answers `requests` requests (at most batch_size)."""
@@ -82,9 +91,17 @@ class InferenceServer:
            features: bool = False) -> tuple[Callable, Callable]:
     """(policy_fn, embed_fn) for ActorPool.run, sampling with `params` from streams of `key`."""
     params = self.policy_params(params)
+    self._bound_params = params
     return (functools.partial(self.policy_fn, params=params, key=key, params_sampling=params_sampling,
                               version=version, features=features),
             functools.partial(self.embed_fn, params=params))
+
+  def encode(self, texts: list[str]) -> np.ndarray:
+    """[len(texts), E] unit rows from the encoder EmbedRequests are answered with (the policy's: with the
+    parameters last bound), for the learner's own use (EMPO2's memory keys and state novelty)."""
+    if self.text_encoder is None and self._bound_params is None:
+      raise RuntimeError("the policy encodes texts with the parameters of a rollout: bind() has not been called")
+    return self.embed_fn([_Texts(list(texts))], params=self._bound_params)[0]
 
   def row_id(self, request: PromptRequest) -> int:
     # Unique per (episode, step); step runs to max_steps inclusive (the generation after the episode).
@@ -94,6 +111,16 @@ class InferenceServer:
                 params_sampling: sampling.SamplingParams, version: int, features: bool = False) -> list[Response]:
     """A response per request; with `features`, each carries the final hidden state at its last token."""
     out: list[Response] = []
+    final = [r for r in requests if r.final]
+    steps = [r for r in requests if not r.final]
+    for new_tokens, group in ((self.response_len, steps), (self.final_len or self.response_len, final)):
+      out += self._sample(group, new_tokens, params=params, key=key, params_sampling=params_sampling,
+                          version=version, features=features)
+    return out
+
+  def _sample(self, requests: list[PromptRequest], new_tokens: int, *, params: Any, key: jax.Array,
+              params_sampling: sampling.SamplingParams, version: int, features: bool) -> list[Response]:
+    out: list[Response] = []
     for P, chunk in self._chunks(requests, lambda r: len(r.prompt_ids)):
       B = self.rows(len(chunk))
       prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P, B)
@@ -102,7 +129,7 @@ class InferenceServer:
       active = np.arange(B) < len(chunk)  # filler rows start finished: decoding ends with the last request
       images = self._image_inputs(params, chunk, prompt, mask) if any(r.images for r in chunk) else {}
       sample = sampling.generate(self.model, params, prompt, mask, params_sampling, key, row_ids=row_ids,
-                                 active=active, max_new_tokens=self.response_len, pad_id=self.pad_id,
+                                 active=active, max_new_tokens=new_tokens, pad_id=self.pad_id,
                                  return_hidden=features, **images)
       s = distributed.fetch(sample)
       for i, req in enumerate(chunk):
@@ -132,8 +159,12 @@ class InferenceServer:
     return {"image_features": features, "mrope": (positions, deltas)}
 
   def embed_fn(self, requests: list[Any], *, params: Any) -> list[np.ndarray]:
-    """[len(texts), E] float32 unit vectors per request: the policy's mean final hidden state over each
-    text's tokens (cut to max_prompt_tokens from the left, like prompts)."""
+    """[len(texts), E] float32 unit vectors per request: the text encoder's, or the policy's mean final hidden
+    state over each text's tokens (cut to max_prompt_tokens from the left, like prompts)."""
+    if self.text_encoder is not None:  # one call for every request's texts, split back per request
+      vectors = np.asarray(self.text_encoder.encode([t for r in requests for t in r.texts]), np.float32)
+      bounds = np.cumsum([0] + [len(r.texts) for r in requests])
+      return [vectors[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     texts = [(i, t) for i, r in enumerate(requests) for t in r.texts]
     ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"][-self.prompt_len:] or [self.pad_id]
            for _, t in texts]
@@ -169,6 +200,12 @@ class InferenceServer:
       ids = ids[-width:]
       tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
     return tokens, mask
+
+
+@dataclasses.dataclass(frozen=True)
+class _Texts:
+  """The texts of a learner-side `encode`, shaped as the EmbedRequest embed_fn reads."""
+  texts: list[str]
 
 
 @functools.partial(jax.jit, static_argnums=0)

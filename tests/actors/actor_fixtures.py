@@ -115,7 +115,8 @@ def failing_prompt(observation, history, context, info):
 class MethodPrompt:
   """A hook object with every optional part, each switched on by the episode's context (as a method's is):
 
-    "tip": the prompt starts with it; the variant "no_tip" is the same prompt without it (EMPO2's pair)
+    "tip": the prompt starts with it; the variant "no_tip" is the same prompt without it (EMPO2's pair), and its
+           notes say one tip was shown at which step
     "embed": the learner embeds the observation; the prompt shows the vector's first value
     "final": once the episode is over, a final prompt asks for a tip
     "fail": "embedding_texts" or "final_prompt" raises
@@ -129,7 +130,7 @@ class MethodPrompt:
     if "tip" not in context:
       return messages
     return Prompt([{"role": "user", "content": f"Tip: {context['tip']}\n{messages[0]['content']}"}],
-                  {"no_tip": messages})
+                  {"no_tip": messages}, notes={"tips": 1, "step": len(history)})
 
   def embedding_texts(self, observation, history, context, info):
     if context.get("fail") == "embedding_texts":

@@ -87,7 +87,7 @@ def test_an_episode_is_recorded_step_by_step_as_the_environment_played_it(tokeni
         5, 2, 105, k, 7)
     assert tokenizer.tokenizer.decode(record.prompt_ids) == actor_fixtures.chat_text(
         observation, jax_loaded="jax" in sys.modules)
-    assert record.observation == observation and record.prompt_variants == {}
+    assert record.observation == observation and record.prompt_variants == {} and record.prompt_notes == {}
     assert record.state_key == info["state_key"]  # the key of the observation the prompt showed
     text = actor_fixtures.scripted_action(env, 5, k)
     assert record.response_text == text and record.response.policy_version == 3
@@ -236,6 +236,7 @@ def test_a_hook_object_gets_embeddings_records_variants_and_asks_a_final_prompt(
     assert record.observation == observation
     assert record.prompt_ids == _ids(tokenizer, text)
     assert record.prompt_variants == {"no_tip": _ids(tokenizer, variants["no_tip"])}
+    assert record.prompt_notes == {"tips": 1, "step": k}  # what the hook noted while building this step's prompt
     observation = env.step(actor_fixtures.scripted_action(env, 4, k))[0]
   assert result.final_text == actor_fixtures.final_tip(4)
   assert result.final_response.step == len(result.steps) and result.final_response.policy_version == 3

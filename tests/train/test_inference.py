@@ -1,6 +1,8 @@
 """Central inference (train/inference.py): the actors' embeddings and samples come back in batches, and a
 request's answer never depends on which other requests share its batch."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -59,9 +61,8 @@ def test_responses_do_not_depend_on_batch_mates_and_final_requests_are_answered(
   others = [PromptRequest(episode_id=i, step=0, prompt_ids=_ids(server, t))
             for i, t in enumerate(TEXTS[1:], start=3)] + [PromptRequest(9, 2, _ids(server, "open door"))]
   batch = policy_fn([others[0], final, others[1], target, *others[2:]])
-  assert [(r.episode_id, r.step, r.policy_version) for r in batch][1] == (2, 3, 7)
   by_key = {(r.episode_id, r.step): r for r in batch}
-  assert len(by_key) == len(batch) == 7
+  assert len(by_key) == len(batch) == 7 and by_key[(2, 3)].policy_version == 7
   for request in (final, target):
     alone = policy_fn([request])[0]
     together = by_key[(request.episode_id, request.step)]
@@ -76,6 +77,47 @@ def test_responses_do_not_depend_on_batch_mates_and_final_requests_are_answered(
   # Streams are per (episode, step): another step of the same prompt samples differently somewhere.
   other_steps = [policy_fn([PromptRequest(1, s, target.prompt_ids)])[0].tokens for s in (0, 2)]
   assert any(not np.array_equal(t, by_key[(1, 1)].tokens) for t in other_steps)
+
+
+def test_a_final_generation_has_its_own_budget_and_the_same_stream(server_and_params):
+  server, params = server_and_params
+  longer = dataclasses.replace(server, final_len=20)
+  policy_fn, _ = longer.bind(params, jax.random.key(5), sampling.make_sampling_params(1.0), version=0)
+  prompt = _ids(server, "what did you learn?")
+  by_key = {(r.episode_id, r.step): r for r in policy_fn([PromptRequest(2, 3, prompt, final=True),
+                                                          PromptRequest(4, 1, prompt)])}
+  final, step = by_key[(2, 3)], by_key[(4, 1)]
+  assert final.episode_id == 2 and len(final.tokens) == 20 and len(step.tokens) == server.response_len
+  # Its first tokens are those the step budget samples from the same (episode, step) stream: only the budget differs.
+  short = server.bind(params, jax.random.key(5), sampling.make_sampling_params(1.0), version=0)[0]
+  np.testing.assert_array_equal(short([PromptRequest(2, 3, prompt, final=True)])[0].tokens,
+                                final.tokens[:server.response_len])
+
+
+class _Encoder:
+  """A sentence encoder stand-in: a unit vector per text from its characters."""
+
+  def encode(self, texts):
+    rows = np.stack([np.bincount(np.frombuffer(t.encode(), np.uint8) % 8, minlength=8) + 1.0 for t in texts]
+                    ) if texts else np.zeros((0, 8))
+    return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def test_a_text_encoder_answers_embedding_requests_and_the_learners_own(server_and_params):
+  server, params = server_and_params
+  encoder = _Encoder()
+  with_encoder = dataclasses.replace(server, text_encoder=encoder)
+  _, embed_fn = with_encoder.bind(params, jax.random.key(0), sampling.make_sampling_params(1.0), 0)
+  out = embed_fn([EmbedRequest(0, 0, TEXTS[:3]), EmbedRequest(1, 0, []), EmbedRequest(2, 1, TEXTS[3:])])
+  assert [v.shape for v in out] == [(3, 8), (0, 8), (2, 8)]
+  np.testing.assert_array_equal(np.concatenate(out), encoder.encode(TEXTS))
+  np.testing.assert_array_equal(with_encoder.encode(TEXTS[:2]), encoder.encode(TEXTS[:2]))
+  # Without one, the learner's side encodes with the policy at the parameters last bound, as the actors' requests.
+  fresh = dataclasses.replace(server)
+  with pytest.raises(RuntimeError, match="bind"):
+    fresh.encode(["take key"])
+  _, policy_embed = fresh.bind(params, jax.random.key(0), sampling.make_sampling_params(1.0), 0)
+  np.testing.assert_array_equal(fresh.encode(["take key"]), policy_embed([EmbedRequest(0, 0, ["take key"])])[0])
 
 
 def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
