@@ -27,10 +27,10 @@ gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_pen
 import ml_collections
 
 from configs import base, small
-from explore_jax.methods import grpo
+from explore_jax.methods import empo2, grpo
 
 VARIANTS = ("", "tiny", "small", "paper")
-METHODS = ("grpo", "gigpo")
+METHODS = ("grpo", "gigpo", "empo2")
 
 SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you see, then reply with exactly one "
                  "action on one line.")
@@ -103,7 +103,11 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(repr(v) for v in VARIANTS)}")
   w = WORLDS[world]
   c = base.get_config()
-  grpo.configure(c, method)
+  if method == "empo2":
+    empo2.configure(c)
+    c.rollout.final_max_new_tokens = 128         # a tip (the tiny warm start's oracle tips are ~40-90 tokens)
+  else:
+    grpo.configure(c, method)
   c.rl.loss.aggregation = "token-mean"
   c.system_prompt = SYSTEM_PROMPT
 
@@ -185,4 +189,11 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
     c.train.num_iterations = 150
     c.checkpoint.every = 10
     c.sft.enabled = False
+    if method == "empo2":                        # EMPO2's ScienceWorld recipe (appendix C; the released scripts)
+      c.rollout.task_pool = 16                   # its memories are per task: 16 training variations
+      c.rollout.final_max_new_tokens = 512       # the released tip budget
+      c.rl.loss.kl_coef = 0.0
+      c.rl.loss.eps_high = 0.3
+      c.rl.loss.dual_clip = 10.0
+      c.rl.format_penalty = 0.0
   return small.apply(c) if variant == "small" else c

@@ -136,6 +136,11 @@ class PromptTokenizer:
     return self.tokenizer.decode([int(t) for t in tokens], skip_special_tokens=True)
 
 
+def _text_of(observation: Any) -> str:
+  """An observation's text (a GUI world's Dict observation: its "text")."""
+  return str(observation.get("text", "")) if isinstance(observation, dict) else str(observation)
+
+
 def _env_key(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, str]:
   # kwargs may hold lists or nested dicts; their canonical JSON is hashable and equal for equal kwargs.
   return env_id, json.dumps(env_kwargs, sort_keys=True, default=repr)
@@ -443,7 +448,7 @@ class Actor:
         total_reward=sum(s.task_reward for s in ep.steps), feedback=str(ep.info.get("feedback", "")),
         actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts,
         final_text="" if final_response is None else self.tokenizer.decode(final_response.tokens),
-        final_response=final_response))
+        final_response=final_response, final_observation=_text_of(ep.observation)))
 
   def _drop(self, ep: _Episode, error: str, *, env_broken: bool) -> None:
     del self.episodes[ep.spec.episode_id]

@@ -161,6 +161,7 @@ class EpisodeResult:
   truncated_prompts: int = 0  # prompts (the steps' and the final one) cut to fit max_prompt_tokens
   final_text: str = ""        # the decoded answer to the hook's final_prompt ("" when it asked none)
   final_response: Optional[Response] = None  # that answer as the policy sampled it
+  final_observation: str = ""  # the text of the observation the episode ended on (what a final prompt sees)
 
   @property
   def dropped(self) -> bool:

@@ -294,6 +294,7 @@ class Demonstration:
   observations: list[str]
   actions: list[str]
   success: bool
+  final_observation: str = ""  # what the episode ended on (after the last action)
 
 
 def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
@@ -309,7 +310,8 @@ def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
     actions.append(action)
     observation, _, terminated, truncated, info = env.step(action)
     done = terminated or truncated
-  return Demonstration(info["task_id"], seed, observations, actions, bool(info["success"]))
+  return Demonstration(info["task_id"], seed, observations, actions, bool(info["success"]),
+                       final_observation=observation if isinstance(observation, str) else str(observation.get("text", "")))
 
 
 def oracle_demonstrations(env: gymnasium.Env, seeds: Sequence[int],

@@ -116,6 +116,7 @@ class BuildContext:
   # The run's text encoder on the learner's side: texts -> [N, E] unit rows, the vectors EmbedRequests are
   # answered with (config.embedding.encoder; train/inference.py's InferenceServer.encode).
   encode: Optional[Callable[[list[str]], np.ndarray]] = None
+  embedding_dim: int = 0     # E of `encode`'s rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +280,7 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
 
 # Modules whose import registers methods; loaded on first use of the registry.
 METHOD_MODULES = ("explore_jax.methods.grpo", "explore_jax.methods.sge", "explore_jax.methods.rlad",
-                  "explore_jax.methods.rnd")
+                  "explore_jax.methods.rnd", "explore_jax.methods.empo2")
 
 
 def _load_all() -> None:

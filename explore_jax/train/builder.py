@@ -24,7 +24,7 @@ from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
 from explore_jax.images import ImageLayout
 from explore_jax.models import Model
-from explore_jax.models.config import VLConfig
+from explore_jax.models.config import VLConfig, language_config
 from explore_jax.models.vl import VLModel
 from explore_jax.models import lora as lora_lib
 from explore_jax.parallel import make_mesh
@@ -63,8 +63,14 @@ class Parts:
     r = self.config.rollout
     return r.num_tasks * r.group_size * int(self.config.env.max_steps)
 
+  @property
+  def sft_response_len(self) -> int:
+    """The warm start's response columns: a step's budget, or a final generation's where that is longer (EMPO2's
+    warm start also teaches tips)."""
+    return max(self.server.response_len, self.server.final_len)
+
   def warm_start_key(self) -> str:
-    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.server.response_len)
+    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.sft_response_len)
 
   def warm_start_params(self, log=print) -> Any:
     """The SFT warm start of the config (cached), or the learner's initial parameters without one (with LoRA,
@@ -72,7 +78,7 @@ class Parts:
     return warm_start.warm_start_params(
         self.config, self.model, self.learner.initial_params, self.learner.shardings.params, self.tokenizer,
         self.method.prompt_hook(), checkpoint_dir=self.checkpoint_dir, prompt_len=self.server.prompt_len,
-        response_len=self.server.response_len, log=log, lora=self.learner.lora, base=self.learner.base_params,
+        response_len=self.sft_response_len, log=log, lora=self.learner.lora, base=self.learner.base_params,
         image_layout=self.image_layout)
 
   def make_pool(self) -> ActorPool:
@@ -116,7 +122,8 @@ def build(config: Any, workdir: str) -> Parts:
   text_encoder = make_text_encoder(config)
   # `encode` reaches the server built below: the run's one text encoder, on the learner's side.
   ctx = BuildContext(model_config=model.config, model=model, initial_params=pre.params, tokenizer=tokenizer,
-                     mesh=mesh, rules=rules, encode=lambda texts: server.encode(texts))
+                     mesh=mesh, rules=rules, encode=lambda texts: server.encode(texts),
+                     embedding_dim=text_encoder.dim if text_encoder is not None else language_config(model.config).hidden_size)
   method.setup(ctx)
   extras = dict(method.record_fields(ctx))
   if layout is not None:  # records keep their prompts' images: at most rollout.max_images of the env's size

@@ -83,7 +83,9 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
                      prompt_hook: Callable[..., list[dict[str, str]]],
                      workers: Optional[int] = None) -> list[dict[str, Any]]:
   """(prompt, oracle action) demonstrations from an environment's oracle, one per step, with the
-  prompts built by the method's hook from the same history the actor would hold.
+  prompts built by the method's hook from the same history the actor would hold. A hook with a `final_prompt` and
+  an `oracle_final_text` (EMPO2's tip) also gets, per episode, its final prompt answered with the text it makes of
+  the oracle's episode: a policy learns to write what the final prompt asks for.
 
   A world that declares both `concurrent_instances` and `seeded_oracle` (envs/base.py: each instance its own
   process, and a seed's oracle episode the same on any instance, whatever it played before) is played on
@@ -99,6 +101,12 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
       demos.append({"messages": messages, "response": action,
                     **({"images": [np.asarray(image) for image in images]} if images else {})})
       history.append((obs, action))
+    final_prompt, final_text = (getattr(prompt_hook, name, None) for name in ("final_prompt", "oracle_final_text"))
+    if final_prompt is not None and final_text is not None:
+      messages = final_prompt(d.final_observation, list(history), {"tip": True}, {})
+      if messages is not None:
+        demos.append({"messages": messages,
+                      "response": final_text(d.observations, d.actions, d.final_observation, d.success)})
   return demos
 
 
