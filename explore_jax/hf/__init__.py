@@ -25,6 +25,7 @@ from explore_jax import cache, tokenization
 from explore_jax.hf import convert, convert_vl, gguf_import
 from explore_jax.hf.convert import (UnsupportedCheckpointError, config_from_hf, hf_config_dict, load_params,
                                     save_params)
+from explore_jax.hf.encoder import load_encoder
 from explore_jax.models.config import PRESETS, VL_PRESETS, ModelConfig, VLConfig
 from explore_jax.models.transformer import Model
 from explore_jax.models.vl import VLModel
@@ -38,9 +39,9 @@ TINY_VL_NAMES = ("tiny-vl", "tiny-qwen3-vl")  # the built-in VL checkpoints, by 
 # (4096, 4097, 4098).
 TINY_VL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 
-__all__ = ["Pretrained", "UnsupportedCheckpointError", "config_from_hf", "hf_config_dict", "load_params",
-           "load_pretrained", "load_tokenizer", "save_params", "save_pretrained", "tiny_dir", "tiny_vl_dir",
-           "tiny_vl_tokenizer"]
+__all__ = ["Pretrained", "UnsupportedCheckpointError", "config_from_hf", "hf_config_dict", "load_encoder",
+           "load_params", "load_pretrained", "load_tokenizer", "save_params", "save_pretrained", "tiny_dir",
+           "tiny_vl_dir", "tiny_vl_tokenizer"]
 
 
 class Pretrained(NamedTuple):
