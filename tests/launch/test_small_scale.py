@@ -58,7 +58,7 @@ def test_smollm2_warm_start_rl_resume_and_export(tmp_path):
 @pytest.mark.parametrize("config", ["grpo_keydoor", "grpo_coding", "sge_coding", "rnd_coding", "rlad_coding",
                                     "entropyadv_coding", "sge_rnd_coding", "grpo_twx", "gigpo_twx",
                                     "grpo_scienceworld", "gigpo_scienceworld", "grpo_textworld", "gigpo_textworld",
-                                    "grpo_alfworld", "gigpo_alfworld"])
+                                    "grpo_alfworld", "gigpo_alfworld", "empo2_twx", "empo2_scienceworld"])
 def test_every_text_method_config_has_the_small_scale(config):
   module = importlib.import_module(f"configs.{config}")
   tiny, small = module.get_config(""), module.get_config("small")

@@ -761,3 +761,20 @@ def test_a_warm_start_too_large_to_carry_stays_in_the_cache(tmp_path, monkeypatc
   assert not (tmp_path / "record" / "warm_starts").exists()
   monkeypatch.setattr(sweep_py, "MAX_CARRIED_MB", 2)
   assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == ["k0"]
+
+
+def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
+  from configs.protocols import empo2 as protocol
+  out = sweep("--protocol=configs/protocols/empo2.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  names = [name for name, _, _ in protocol.ARMS]
+  assert names == ["empo2", "grpo", "gigpo", "empo2_no_memory", "empo2_small", "grpo_small"]
+  assert len(lines) == len(names) * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS >= 3
+  for name in names:
+    mine = [line for line in lines if f"/{name}/ws" in line]
+    assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+    assert all("--config.sft.env_kwargs.oracle=search" in line for line in mine)
+  assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory/" in line)
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
