@@ -88,6 +88,10 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
   if "rlad" in parts:
     c.rlad = ml_collections.ConfigDict({"p_drop_strategy": 0.25, "direct_prompt": sge.DIRECT_PROMPT})
     c.rl.loss.kl_coef = 0.001
+  if "empo2" in parts:  # tips around the strategy prompt (explore_jax/methods/empo2.py)
+    from explore_jax.methods import empo2
+    empo2.add_config(c)
+    c.rollout.final_max_new_tokens = 128
   if "rnd" in parts:
     # The paper gives R_RND = err / std(err) but no weight against the task reward. err / std is not centred,
     # so its mean is mean(err) / std(err), several times the success reward of 1 early on; at weight 1 the

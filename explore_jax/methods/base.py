@@ -3,7 +3,8 @@
 Once built, the runtime hands the method its BuildContext (setup: the model, the tokenizer, the text encoder).
 One training iteration (train/loop.py) asks the method, in this order:
 
-  rollout      prompt_hook()            the function actors build prompts with (picklable, runs without jax);
+  rollout      prompt_hook()            the function actors build prompts with (picklable, runs without jax;
+                                        wrap_prompt_hook: a method's additions around another's, EMPO2's tips);
                                         it may also ask the learner for text embeddings, return prompt
                                         variants, or ask for one generation after the episode (actors/protocol.py)
                episode_context(...)     per-episode data for that hook (SGE reflections, RLAD's dropout, ...)
@@ -157,6 +158,11 @@ class Method:
                              history_steps=self.config.get("history_steps", 0),
                              instruction=self.config.get("instruction", ""),
                              action_history=self.config.get("action_history", 0))
+
+  def wrap_prompt_hook(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+    """The prompt hook with this method's additions around it (EMPO2's tips), for methods that add to whatever
+    prompt the others build rather than own it: a composition wraps its owner's hook with every such part's."""
+    return hook
 
   def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
     return {}

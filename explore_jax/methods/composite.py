@@ -3,7 +3,8 @@
 `Composite` answers every hook by merging its parts' answers, in the order the config names them:
 
   prompt hook, temperatures, delimiters   the one part that defines them (two that both do are an error:
-                                          there is one prompt and one sampling schedule per response)
+                                          there is one prompt and one sampling schedule per response); parts
+                                          with wrap_prompt_hook (EMPO2) wrap that prompt, in order
   episode context, record fields, step    merged dicts; the same key from two parts is an error
     fields, aux models, intrinsic terms
   setup, observe                          every part (observe's metrics merged)
@@ -58,6 +59,7 @@ class Composite(Method):
     self.intrinsic_names = tuple(n for m in self.methods for n in m.intrinsic_names)
     if len(set(self.intrinsic_names)) != len(self.intrinsic_names):
       raise ValueError(f"the parts of {self.name!r} repeat intrinsic reward names: {self.intrinsic_names}")
+    self._wrappers = [m for m in self.methods if _overrides(m, "wrap_prompt_hook")]
     self._schedule = self._single_owner("prompt_hook", "temperatures", "delimiters")
     for n, m in self._named():
       shared = [h for h in _FROM_CONFIG if _overrides(m, h)]
@@ -67,7 +69,9 @@ class Composite(Method):
 
   def _single_owner(self, *hooks: str) -> Method:
     """The part that defines these hooks (or the first part, when none does)."""
-    owners = [(n, m) for n, m in zip(self.names, self.methods) if any(_overrides(m, h) for h in hooks)]
+    # A part that wraps the prompt (wrap_prompt_hook) adds to the owner's prompt rather than owning one.
+    owners = [(n, m) for n, m in zip(self.names, self.methods)
+              if any(_overrides(m, h) and not (h == "prompt_hook" and m in self._wrappers) for h in hooks)]
     if len(owners) > 1:
       raise ValueError(f"methods {[n for n, _ in owners]} each define {'/'.join(hooks)}; one response has one "
                        "prompt and one sampling schedule, so at most one part of a composition may set them")
@@ -78,7 +82,11 @@ class Composite(Method):
 
   # ---- rollout -------------------------------------------------------------------------------------
   def prompt_hook(self):
-    return self._schedule.prompt_hook()
+    owner = self._schedule
+    hook = Method.prompt_hook(owner) if owner in self._wrappers else owner.prompt_hook()
+    for m in self._wrappers:
+      hook = m.wrap_prompt_hook(hook)
+    return hook
 
   def temperatures(self) -> list[float]:
     return self._schedule.temperatures()

@@ -54,15 +54,20 @@ MAX_TIP_CHARS = 600
 
 
 def configure(c: Any) -> Any:
-  """Writes EMPO²'s defaults into config `c`: the `empo2` block (the paper's symbols in the comments), GRPO's
-  advantage (both the paper and the released code use it), eq. 2's token-level masking, and the sentence encoder
-  retrieval embeds with."""
-  import ml_collections
-
+  """Writes EMPO²'s defaults into config `c`: GRPO's advantage (both the paper and the released code use it) and
+  add_config's fields."""
   from explore_jax.methods import grpo
 
   grpo.configure(c, "grpo")
   c.method = "empo2"
+  return add_config(c)
+
+
+def add_config(c: Any) -> Any:
+  """EMPO²'s own fields, for a config whose method includes it ("empo2", "sge+empo2"): the `empo2` block (the
+  paper's symbols in the comments), eq. 2's token-level masking, and the sentence encoder retrieval embeds with."""
+  import ml_collections
+
   c.embedding.encoder = "all-minilm-l6-v2"   # the released code's all-MiniLM-L6-v2
   c.rl.loss.low_prob_mask = "token"          # eq. 2; "sequence": the released code's (its config turns it off: "")
   c.rl.loss.low_prob_log_threshold = -5.0    # log delta; the paper gives none, the released code -5
@@ -112,26 +117,38 @@ def chat_text(messages: list[dict[str, str]]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class TipPrompt(ObservationPrompt):
-  """The actors' prompt: ObservationPrompt's, with retrieved tips in memory-augmented steps and the tip-generation
-  prompt after a training episode. Picklable, jax-free."""
+class TipPrompt:
+  """The actors' prompt: whatever `inner` builds (ObservationPrompt's, or SGE's strategy prompt in "empo2+sge"),
+  with retrieved tips in memory-augmented steps and the tip-generation prompt after a training episode.
+  Picklable, jax-free."""
+  inner: Any = dataclasses.field(default_factory=ObservationPrompt)
   tip_prompt: str = TIP_PROMPT
   header: str = MEMORY_HEADER
   retrieve_threshold: float = 0.5
   top_k: int = 10
   query: str = "state"
 
+  def __post_init__(self):
+    clashes = [name for name in ("embedding_texts", "final_prompt") if hasattr(self.inner, name)]
+    if clashes:
+      raise ValueError(f"EMPO2's tips cannot wrap a prompt hook that has its own {clashes}")
+
   def embedding_texts(self, observation, history, context, info) -> list[str]:
     if not context.get("memory"):
       return []
     if self.query == "history":
-      return [chat_text(ObservationPrompt.__call__(self, observation, history, context, info))]
+      return [chat_text(self._inner(observation, history, context, info).messages)]
     return [observation_text(observation)]
 
+  def _inner(self, observation, history, context, info) -> Prompt:
+    prompt = self.inner(observation, history, context, info)
+    return prompt if isinstance(prompt, Prompt) else Prompt(prompt)
+
   def __call__(self, observation, history, context, info):
-    messages = super().__call__(observation, history, context, info)
+    inner = self._inner(observation, history, context, info)
+    messages = inner.messages
     if context.get("mode", PLAIN) == PLAIN:
-      return messages
+      return inner if inner.variants or inner.images or inner.notes else messages
     memory = context.get("memory")
     shown = []
     if memory and "embeddings" in info:
@@ -142,7 +159,8 @@ class TipPrompt(ObservationPrompt):
     if shown:
       last = messages[-1]
       with_tips = messages[:-1] + [{**last, "content": join_text(last["content"], tip_block(shown, self.header))}]
-    return Prompt(with_tips, variants={NO_TIPS: messages}, notes={"tips": len(shown)})
+    return Prompt(with_tips, variants={**inner.variants, NO_TIPS: messages}, images=inner.images,
+                  notes={**inner.notes, "tips": len(shown)})
 
   def final_prompt(self, observation, history, context, info) -> Optional[list[dict[str, str]]]:
     """The whole episode as a chat, then the final observation and the tip-generation prompt."""
@@ -152,7 +170,8 @@ class TipPrompt(ObservationPrompt):
         {"role": "user", "content": join_text(observation_text(observation), self.tip_prompt)}]
 
   def episode_chat(self, observation, history) -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": self.system}] if self.system else []
+    system = getattr(self.inner, "system", "")
+    messages = [{"role": "system", "content": system}] if system else []
     for past, action in history:
       messages += [{"role": "user", "content": observation_text(past)}, {"role": "assistant", "content": action}]
     return messages
@@ -203,12 +222,12 @@ class EMPO2(Method):
 
   # ---- rollout -------------------------------------------------------------------------------------
   def prompt_hook(self) -> TipPrompt:
+    return self.wrap_prompt_hook(super().prompt_hook())
+
+  def wrap_prompt_hook(self, hook: Any) -> TipPrompt:
     e = self.config.empo2
-    return TipPrompt(system=self.config.get("system_prompt", ""), history_steps=self.config.get("history_steps", 0),
-                     instruction=self.config.get("instruction", ""),
-                     action_history=self.config.get("action_history", 0), tip_prompt=e.tip_prompt,
-                     header=e.memory_header, retrieve_threshold=float(e.retrieve_threshold), top_k=int(e.top_k),
-                     query=e.query)
+    return TipPrompt(inner=hook, tip_prompt=e.tip_prompt, header=e.memory_header,
+                     retrieve_threshold=float(e.retrieve_threshold), top_k=int(e.top_k), query=e.query)
 
   def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
     e = self.config.empo2
@@ -243,7 +262,7 @@ class EMPO2(Method):
     else:  # keyed by the final chat, as the released code keys every step's entry
       key_texts = [chat_text(hook.episode_chat(r.final_observation, [(s.observation, s.response_text)
                                                                      for s in r.steps])) for r in finished]
-    keys = self.encode(key_texts) if finished else np.zeros((0, self.dim), np.float32)
+    keys = self._encode(key_texts)
     added = 0
     for r, key in zip(finished, keys):
       tip = " ".join(r.final_text.split())[:MAX_TIP_CHARS]
@@ -269,7 +288,7 @@ class EMPO2(Method):
     out: dict[tuple[int, int], float] = {}
     if kind == "state":
       steps = [(r, s) for r in finished for s in r.steps]
-      keys = self.encode([observation_text(s.observation) for _, s in steps]) if steps else []
+      keys = self._encode([observation_text(s.observation) for _, s in steps])
       for (r, s), key in zip(steps, keys):
         out[(r.spec.episode_id, s.step_index)] = self.states.reward(self._slot(r.spec), key)
     elif kind == "retrieved":
@@ -278,6 +297,15 @@ class EMPO2(Method):
         for s in r.steps:
           out[(r.spec.episode_id, s.step_index)] = 1.0 / (s.prompt_notes.get("tips", 0) + 1) if tips_mode else 0.0
     return out
+
+  def _encode(self, texts: list[str]) -> np.ndarray:
+    """The encoder's rows for `texts`, each distinct text encoded once (an episode revisits its states)."""
+    distinct = sorted(set(texts))
+    if not distinct:
+      return np.zeros((0, self.dim), np.float32)
+    rows = np.asarray(self.encode(distinct), np.float32)
+    index = {t: i for i, t in enumerate(distinct)}
+    return rows[[index[t] for t in texts]]
 
   # ---- records -------------------------------------------------------------------------------------
   def record_fields(self, ctx: BuildContext) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from configs import empo2_twx
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt, Response, StepRecord
 from explore_jax.methods import make_method
-from explore_jax.methods.base import BuildContext
+from explore_jax.methods.base import BuildContext, ObservationPrompt
 from explore_jax.methods.empo2 import (MEMORY_HEADER, NO_TIPS, OFF_POLICY, ON_POLICY, PLAIN, TIP_PROMPT, TipPrompt,
                                        draw_iteration_mode, draw_mode, tip_block)
 from explore_jax.methods.empo2_memory import StateNovelty, TipMemory, retrieve
@@ -57,7 +57,7 @@ def test_the_memory_drops_its_oldest_and_skips_exact_duplicates():
 # ---- prompts -----------------------------------------------------------------------------------------------------
 
 def test_a_memory_augmented_step_shows_the_retrieved_tips_and_keeps_the_prompt_without_them():
-  hook = TipPrompt(system="Act.", retrieve_threshold=0.5, top_k=2)
+  hook = TipPrompt(inner=ObservationPrompt(system="Act."), retrieve_threshold=0.5, top_k=2)
   memory = {"tips": ["go north first", "the key is in the kitchen", "never mind"],
             "keys": np.stack([unit(1, 0), unit(1, 0.1), unit(0, 1)]).astype(np.float16),
             "returns": np.array([0.0, 1.0, 1.0], np.float32)}
@@ -82,7 +82,7 @@ def test_a_memory_augmented_step_shows_the_retrieved_tips_and_keeps_the_prompt_w
 
 
 def test_the_tip_prompt_follows_the_whole_episode_and_evaluation_asks_for_none():
-  hook = TipPrompt(system="Act.")
+  hook = TipPrompt(inner=ObservationPrompt(system="Act."))
   history = [("Hall. Exits: north.", "go north"), ("Kitchen. A coin.", "take coin")]
   messages = hook.final_prompt("You took the coin.", history, {"tip": True}, {})
   assert messages == [{"role": "system", "content": "Act."},
@@ -292,3 +292,28 @@ def test_empo2_needs_a_task_pool_and_probabilities():
     method(q_on_policy=1.5)
   with pytest.raises(ValueError, match="empo2.novelty"):
     method(novelty="rnd")
+
+
+def test_empo2_composes_with_sge_its_tips_around_the_strategy_prompt():
+  from configs import coding
+  from explore_jax.methods.composite import Composite
+  from explore_jax.methods.sge import STRATEGY_PROMPT, StrategyPrompt
+
+  c = coding.get_config("sge+empo2")
+  m = make_method(c)
+  assert isinstance(m, Composite) and m.intrinsic_names == ("novelty",)
+  m.setup(BuildContext(model_config=None, encode=Encoder(), embedding_dim=4))
+  hook = m.prompt_hook()
+  assert isinstance(hook, TipPrompt) and isinstance(hook.inner, StrategyPrompt)
+  assert m.temperatures() == [1.2, 0.7] and m.delimiters() == ["### Code"]  # SGE's schedule
+  m.observe([episode(0, ["room 0 a"], seed=1, tip="Check the empty list first.")], training=True)
+  rng = np.random.default_rng(1)
+  context = next(ctx for ctx in (m.episode_context(spec(t, seed=1), rng) for t in range(64)) if "memory" in ctx)
+  assert {"mode", "tip", "memory"} <= set(context)
+  prompt = hook("room 2 task", [], context, {"embeddings": Encoder()(["room 2 end"])})
+  text = prompt.messages[-1]["content"]
+  assert STRATEGY_PROMPT in text and text.endswith("<tip>Check the empty list first.</tip>")
+  assert STRATEGY_PROMPT in prompt.variants[NO_TIPS][-1]["content"] and "<tip>" not in prompt.variants[NO_TIPS][-1]["content"]
+  assert "tips" in m.state_dict()["empo2"] and "good" in m.state_dict()["sge"]
+  with pytest.raises(ValueError, match="cannot wrap a prompt hook that has its own"):
+    TipPrompt(inner=hook)
