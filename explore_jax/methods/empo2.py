@@ -179,9 +179,12 @@ class TipPrompt:
   def oracle_final_text(self, observations: list[str], actions: list[str], final_observation: str,
                         success: bool) -> str:
     """The tip a warm start teaches for an oracle episode (train/sft_data.py): where it went (its actions), what
-    it found last (the final observation's first sentence) and the outcome. The tiny model cannot write a tip
-    otherwise; a pretrained one writes its own zero-shot."""
-    first = " ".join(str(final_observation).split()).split(". ")[0][:160]
+    it found last (the final observation's first sentence, leaving out the lines every observation repeats, such
+    as the task) and the outcome. The tiny model cannot write a tip otherwise; a pretrained one writes its own
+    zero-shot."""
+    repeated = set(str(observations[0]).splitlines()) if observations else set()
+    fresh = [line for line in str(final_observation).splitlines() if line not in repeated]
+    first = " ".join(" ".join(fresh or [str(final_observation)]).split()).split(". ")[0][:160]
     outcome = "the task is complete" if success else "the task is not complete yet"
     return f"I did {'; '.join(actions[-8:])}; then I saw: {first}; {outcome}."
 

@@ -90,7 +90,8 @@ def test_the_tip_prompt_follows_the_whole_episode_and_evaluation_asks_for_none()
                       {"role": "user", "content": "Kitchen. A coin."}, {"role": "assistant", "content": "take coin"},
                       {"role": "user", "content": "You took the coin.\n" + TIP_PROMPT}]
   assert hook.final_prompt("You took the coin.", history, {}, {}) is None
-  tip = hook.oracle_final_text(["Hall.", "Kitchen."], ["go north", "take coin"], "You took the coin. Well done.", True)
+  tip = hook.oracle_final_text(["Task: find the coin.\nHall.", "Task: find the coin.\nKitchen."],
+                               ["go north", "take coin"], "Task: find the coin.\nYou took the coin. Well done.", True)
   assert tip == "I did go north; take coin; then I saw: You took the coin; the task is complete."
 
 
