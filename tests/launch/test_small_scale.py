@@ -23,8 +23,9 @@ RUN = ("--config=configs/grpo_keydoor.py:small", "--config.model.lora.rank=8", "
        "--config.eval.every=0", "--config.eval.passk_samples=0")
 
 
-def launch(script, *args, timeout=900):
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+def launch(script, *args, cache, timeout=900):
+  # Its own cache: the warm start is computed here, not found from an earlier run.
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "EXPLORE_JAX_CACHE": str(cache)}
   return subprocess.run([sys.executable, os.path.join(REPO, "launch", script), *args], capture_output=True,
                         text=True, timeout=timeout, cwd=REPO, env=env)
 
@@ -35,16 +36,17 @@ def test_smollm2_warm_start_rl_resume_and_export(tmp_path):
   from explore_jax.hf import parity, safetensors_io
 
   work = str(tmp_path / "run")
-  first = launch("train.py", *RUN, f"--workdir={work}", "--config.train.num_iterations=1")
+  cache = tmp_path / "cache"
+  first = launch("train.py", *RUN, f"--workdir={work}", "--config.train.num_iterations=1", cache=cache)
   assert first.returncode == 0, first.stderr[-3000:]
   assert "[sft] 2 steps on" in first.stdout + first.stderr
-  second = launch("train.py", *RUN, f"--workdir={work}", "--config.train.num_iterations=2")
+  second = launch("train.py", *RUN, f"--workdir={work}", "--config.train.num_iterations=2", cache=cache)
   assert second.returncode == 0, second.stderr[-3000:]
   metrics = [json.loads(line) for line in open(os.path.join(work, "metrics.jsonl"))]
   assert [m["iteration"] for m in metrics] == [1, 2]  # the second command resumed after the first's iteration
   assert all(np.isfinite(m["update/loss"]) and m["update/tokens"] > 0 for m in metrics)
 
-  exported = launch("export.py", *RUN, f"--run={work}", "--merged", f"--output={tmp_path / 'export'}")
+  exported = launch("export.py", *RUN, f"--run={work}", "--merged", f"--output={tmp_path / 'export'}", cache=cache)
   assert exported.returncode == 0, exported.stderr[-3000:]
   merged = str(tmp_path / "export" / "merged")
   assert max(parity.max_logit_diffs(merged)) <= 3e-4  # transformers reads what we wrote as we do

@@ -577,7 +577,8 @@ def test_a_sweep_taken_down_asks_its_runs_to_stop_at_once_and_kills_those_that_d
                            "--machine=m1", "--parallel=2", f"--stop_grace_s={grace}"],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "FAKE_SCRATCH": str(scratch), "FAKE_ON_SIGTERM": on_sigterm})
-  started = lambda: sorted(scratch.glob("*.started"))
+  # A run's file is created before its pid is written into it: only a file with its pid counts as started.
+  started = lambda: sorted(p for p in scratch.glob("*.started") if p.read_text().strip())
   assert wait_until(lambda: len(started()) == 2 or proc.poll() is not None, timeout_s=120) and proc.poll() is None, \
       proc.communicate()[1][-3000:]
   pids = [int(p.read_text()) for p in started()]
