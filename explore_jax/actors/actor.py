@@ -141,6 +141,13 @@ def _text_of(observation: Any) -> str:
   return str(observation.get("text", "")) if isinstance(observation, dict) else str(observation)
 
 
+def _state_key(ep: "_Episode") -> int:
+  """The state key of the episode's current observation: the environment's own (info["state_key"]), else
+  the observation's hash."""
+  key = ep.info.get("state_key")
+  return int(observation_key(ep.observation) if key is None else key)
+
+
 def _env_key(env_id: str, env_kwargs: dict[str, Any]) -> tuple[str, str]:
   # kwargs may hold lists or nested dicts; their canonical JSON is hashable and equal for equal kwargs.
   return env_id, json.dumps(env_kwargs, sort_keys=True, default=repr)
@@ -404,14 +411,13 @@ class Actor:
       return
     observation, reward, terminated, truncated, info = value
     done = bool(terminated or truncated)
-    key = ep.info.get("state_key")
     ep.steps.append(StepRecord(
         episode_id=ep.spec.episode_id, group_id=ep.spec.group_id, traj_id=ep.spec.traj_id, step_index=ep.step,
         actor_id=self.config.actor_id, prompt_ids=ep.prompt_ids, response=response, response_text=text,
         task_reward=float(reward),
         # An environment that does not grade the format is taken as never malformed.
         format_reward=float(info.get("format_reward", 1.0)),
-        state_key=int(observation_key(ep.observation) if key is None else key),
+        state_key=_state_key(ep),
         done=done, success=bool(info.get("success", False)), info=dict(info),
         truncated_tokens=ep.truncated_tokens, observation=ep.observation, prompt_variants=ep.prompt_variants,
         images=ep.images, prompt_notes=ep.prompt_notes))
@@ -448,7 +454,8 @@ class Actor:
         total_reward=sum(s.task_reward for s in ep.steps), feedback=str(ep.info.get("feedback", "")),
         actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts,
         final_text="" if final_response is None else self.tokenizer.decode(final_response.tokens),
-        final_response=final_response, final_observation=_text_of(ep.observation)))
+        final_response=final_response, final_observation=_text_of(ep.observation),
+        final_state_key=_state_key(ep)))
 
   def _drop(self, ep: _Episode, error: str, *, env_broken: bool) -> None:
     del self.episodes[ep.spec.episode_id]

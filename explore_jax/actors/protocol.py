@@ -162,6 +162,7 @@ class EpisodeResult:
   final_text: str = ""        # the decoded answer to the hook's final_prompt ("" when it asked none)
   final_response: Optional[Response] = None  # that answer as the policy sampled it
   final_observation: str = ""  # the text of the observation the episode ended on (what a final prompt sees)
+  final_state_key: Optional[int] = None  # that observation's state key, as the steps' keys are made
 
   @property
   def dropped(self) -> bool:

@@ -1,12 +1,16 @@
-"""Exploration metrics over a fixed task set: pass@k, success and distinct outcomes per task.
+"""Exploration metrics over a fixed task set: pass@k, success, distinct outcomes and distinct states per task.
 
 pass@k uses the unbiased estimator of Chen et al. (2021): with n samples of a task of which c succeed,
 
   pass@k = 1 - C(n - c, k) / C(n, k)          (computed as 1 - prod_{i=n-c+1}^{n} (1 - k / i))
 
-averaged over tasks; it needs n >= k. A task's distinct outcomes are the distinct outcome keys over every
-attempt of its n samples (coding: the set of failing tests, SGE's measure; environments without an
-`outcome` in their info fall back to the state key of the observation the attempt produced).
+averaged over tasks; it needs n >= k. Over a task's n samples:
+  distinct outcomes  the distinct outcome keys: where an environment names an `outcome` in its step info
+                     (coding: the set of failing tests of every submission, SGE's measure), those; elsewhere
+                     (the text worlds) an attempt's outcome is where it ended: its final observation and success
+  distinct states    the distinct state keys of every observation a prompt was built from, the final one
+                     included: how much of the world the attempts saw (EMPO2's exploration measure)
+Summaries written before the states were counted read back without them (`states` None).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from explore_jax import storage
 from explore_jax.actors.protocol import EpisodeResult
+from explore_jax.envs.base import state_key as observation_key
 
 
 # The policies a run's pass@k compares, and the label of one policy's pass@k on one task set.
@@ -55,14 +60,34 @@ def outcome_key(step_info: dict[str, Any], state_key: int) -> str:
   return str(state_key)
 
 
+def attempt_outcomes(result: EpisodeResult) -> set[str]:
+  """The outcome keys of one attempt (see the module docstring)."""
+  named = {outcome_key(s.info, s.state_key) for s in result.steps if "outcome" in s.info}
+  if named:
+    return named
+  return {json.dumps([_final_key(result), bool(result.success)])}
+
+
+def attempt_states(result: EpisodeResult) -> set[int]:
+  """The state keys one attempt saw: every step's, and the observation it ended on."""
+  return {int(s.state_key) for s in result.steps} | {_final_key(result)}
+
+
+def _final_key(result: EpisodeResult) -> int:
+  if result.final_state_key is not None:
+    return int(result.final_state_key)
+  return int(observation_key(result.final_observation))
+
+
 @dataclasses.dataclass
 class TaskSetEval:
-  """Per-task samples (n), successes (c) and distinct outcomes for one policy on one task set."""
+  """Per-task samples (n), successes (c), distinct outcomes and states for one policy on one task set."""
   label: str
   task_ids: list[Any]
   samples: np.ndarray      # [T] int
   successes: np.ndarray    # [T] int
   outcomes: np.ndarray     # [T] int: distinct outcome keys over all attempts
+  states: np.ndarray | None = None  # [T] int: distinct state keys over all attempts (None: an older summary)
 
   @property
   def min_samples(self) -> int:
@@ -76,20 +101,27 @@ class TaskSetEval:
 
   def to_json(self) -> dict[str, Any]:
     """The raw counts (what `from_json` reads back)."""
-    return {"label": self.label, "task_ids": list(self.task_ids), "samples": self.samples.tolist(),
-            "successes": self.successes.tolist(), "outcomes": self.outcomes.tolist()}
+    d = {"label": self.label, "task_ids": list(self.task_ids), "samples": self.samples.tolist(),
+         "successes": self.successes.tolist(), "outcomes": self.outcomes.tolist()}
+    if self.states is not None:
+      d["states"] = self.states.tolist()
+    return d
 
   @classmethod
   def from_json(cls, d: dict[str, Any]) -> "TaskSetEval":
+    states = d.get("states")
     return cls(d["label"], list(d["task_ids"]), np.asarray(d["samples"], int), np.asarray(d["successes"], int),
-               np.asarray(d["outcomes"], int))
+               np.asarray(d["outcomes"], int), None if states is None else np.asarray(states, int))
 
   def to_dict(self, ks: Sequence[int]) -> dict[str, Any]:
-    return {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
-            "success_rate": float(self.successes.sum() / max(self.samples.sum(), 1)),
-            "pass_at_k": {str(k): v for k, v in self.curve(ks).items()},
-            "distinct_outcomes_per_task": float(self.outcomes.mean()) if len(self.outcomes) else 0.0,
-            "tasks_solved_at_least_once": int((self.successes > 0).sum())}
+    d = {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
+         "success_rate": float(self.successes.sum() / max(self.samples.sum(), 1)),
+         "pass_at_k": {str(k): v for k, v in self.curve(ks).items()},
+         "distinct_outcomes_per_task": float(self.outcomes.mean()) if len(self.outcomes) else 0.0,
+         "tasks_solved_at_least_once": int((self.successes > 0).sum())}
+    if self.states is not None:
+      d["distinct_states_per_task"] = float(self.states.mean()) if len(self.states) else 0.0
+    return d
 
 
 def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
@@ -99,14 +131,11 @@ def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
     if not r.dropped:
       by_task.setdefault(r.spec.seed, []).append(r)
   tasks = sorted(by_task)
-  outcomes = []
-  for t in tasks:
-    keys = {outcome_key(s.info, s.state_key) for r in by_task[t] for s in r.steps}
-    outcomes.append(len(keys))
   return TaskSetEval(label=label, task_ids=tasks,
                      samples=np.array([len(by_task[t]) for t in tasks], int),
                      successes=np.array([sum(r.success for r in by_task[t]) for t in tasks], int),
-                     outcomes=np.array(outcomes, int))
+                     outcomes=np.array([len(set().union(*map(attempt_outcomes, by_task[t]))) for t in tasks], int),
+                     states=np.array([len(set().union(*map(attempt_states, by_task[t]))) for t in tasks], int))
 
 
 def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int = 1) -> int:
@@ -148,13 +177,15 @@ def powers_of_two(n: int) -> list[int]:
 
 
 def table(evals: Sequence[TaskSetEval], ks: Sequence[int]) -> str:
-  """A markdown table: one row per evaluation, pass@k columns, success and distinct outcomes."""
-  head = ["policy / tasks", "tasks", "n"] + [f"pass@{k}" for k in ks] + ["solved≥1", "distinct outcomes"]
+  """A markdown table: one row per evaluation, pass@k columns, success, distinct outcomes and states."""
+  head = ["policy / tasks", "tasks", "n"] + [f"pass@{k}" for k in ks] + ["solved≥1", "distinct outcomes",
+                                                                          "distinct states"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for e in evals:
     row = [e.label, str(len(e.task_ids)), str(e.min_samples)]
     row += [f"{e.pass_at(k):.3f}" for k in ks]
-    row += [f"{int((e.successes > 0).sum())}", f"{e.outcomes.mean():.2f}" if len(e.outcomes) else "-"]
+    row += [f"{int((e.successes > 0).sum())}", f"{e.outcomes.mean():.2f}" if len(e.outcomes) else "-",
+            f"{e.states.mean():.2f}" if e.states is not None and len(e.states) else "-"]
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines)
 

@@ -25,13 +25,16 @@ def test_pass_at_k_needs_enough_samples():
     evaluation.pass_at_k(3, 1, 4)
 
 
-def _result(seed, success, outcomes, dropped=False):
+def _result(seed, success, outcomes, dropped=False, states=None, final_state=0):
+  """An attempt whose steps carry `outcomes` (None: the world names none) and state keys `states`."""
   resp = Response(0, 0, np.zeros(1, np.int32), np.zeros(1, np.float32), np.ones(1, np.float32),
                   np.zeros(1, np.int32), 0)
-  steps = [StepRecord(0, 0, 0, i, 0, [1], resp, "", 0.0, 1.0, 0, False, success, {"outcome": o})
-           for i, o in enumerate(outcomes)]
+  states = states or [0] * len(outcomes)
+  steps = [StepRecord(0, 0, 0, i, 0, [1], resp, "", 0.0, 1.0, k, False, success, {} if o is None else {"outcome": o})
+           for i, (o, k) in enumerate(zip(outcomes, states))]
   return EpisodeResult(spec=EpisodeSpec(0, 0, 0, "x", seed=seed), steps=steps, success=success,
-                       total_reward=float(success), feedback="", error="died" if dropped else None)
+                       total_reward=float(success), feedback="", error="died" if dropped else None,
+                       final_state_key=final_state)
 
 
 def test_summarize_groups_by_task_and_counts_distinct_outcomes():
@@ -44,8 +47,28 @@ def test_summarize_groups_by_task_and_counts_distinct_outcomes():
   np.testing.assert_array_equal(e.outcomes, [3, 1])
   assert e.pass_at(1) == pytest.approx(0.25) and e.pass_at(2) == pytest.approx(0.5)
   text = evaluation.table([e], [1, 2])
-  assert "| x | 2 | 2 | 0.250 | 0.500 | 1 | 2.00 |" in text
+  assert "| x | 2 | 2 | 0.250 | 0.500 | 1 | 2.00 | 1.00 |" in text
   assert evaluation.powers_of_two(16) == [1, 2, 4, 8, 16]
+
+
+def test_a_text_world_attempt_ends_in_its_final_state_and_success_and_its_states_count_every_observation():
+  """Without a named outcome, two attempts ending in one state with one success share their outcome; states
+  count every step's key and the final one, over the task's attempts."""
+  results = [_result(0, False, [None, None], states=[1, 2], final_state=7),
+             _result(0, False, [None], states=[1], final_state=7),     # same end, same outcome
+             _result(0, True, [None, None], states=[1, 3], final_state=7),  # same end, won: another outcome
+             _result(1, False, [None], states=[1], final_state=1)]      # ends where it began
+  e = evaluation.summarize("x", results)
+  np.testing.assert_array_equal(e.outcomes, [2, 1])
+  np.testing.assert_array_equal(e.states, [4, 1])   # {1, 2, 3, 7}; {1}
+  d = e.to_dict([1])
+  assert d["distinct_states_per_task"] == 2.5 and d["distinct_outcomes_per_task"] == 1.5
+  back = evaluation.TaskSetEval.from_json(e.to_json())
+  np.testing.assert_array_equal(back.states, e.states)
+  older = {k: v for k, v in e.to_json().items() if k != "states"}  # a summary written before states counted
+  old = evaluation.TaskSetEval.from_json(older)
+  assert old.states is None and "distinct_states_per_task" not in old.to_dict([1])
+  assert evaluation.table([old], [1]).splitlines()[-1].endswith("| - |")
 
 
 class _Server:
