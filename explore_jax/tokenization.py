@@ -52,7 +52,8 @@ def load_tokenizer(directory: str) -> Any:
     raise FileNotFoundError(f"no loadable tokenizer in {directory}: {str(e).splitlines()[0]}") from None
 
 
-def _json_file(path: str) -> Optional[dict[str, Any]]:
+def json_file(path: str) -> Optional[Any]:
+  """The parsed JSON file at `path`, or None where there is none."""
   if not os.path.exists(path):
     return None
   with open(path) as f:
@@ -65,10 +66,10 @@ def direct_backend(directory: str) -> bool:
   custom code (auto_map), and a config.json of one of BACKEND_MODEL_TYPES or none at all."""
   if not os.path.exists(os.path.join(directory, "tokenizer.json")):
     return False
-  tokenizer_config = _json_file(os.path.join(directory, TOKENIZER_CONFIG)) or {}
+  tokenizer_config = json_file(os.path.join(directory, TOKENIZER_CONFIG)) or {}
   if tokenizer_config.get("tokenizer_class") != BACKEND_CLASS or "auto_map" in tokenizer_config:
     return False
-  config = _json_file(os.path.join(directory, "config.json"))
+  config = json_file(os.path.join(directory, "config.json"))
   return config is None or (config.get("model_type") in BACKEND_MODEL_TYPES and "auto_map" not in config)
 
 

