@@ -62,6 +62,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.id = "explore_jax/KeyDoor-v0"
   c.env.kwargs = ml_collections.ConfigDict()
   c.env.max_steps = 10           # bounds step ids of a trajectory (fixed record shapes)
+  # K parallel copies of the world acted on by one response (envs/parallel.py; DPEPO's setting, open to every
+  # method): copies 0 plays the world itself. parser "strict" | "lenient" (the authors'); the warm start's
+  # demonstrations are played by sft_oracle ("diverse": copy 1 follows the oracle, the others explore with
+  # probability `explore`; "same": the oracle in every copy).
+  c.env.parallel = ml_collections.ConfigDict()
+  c.env.parallel.copies = 0
+  c.env.parallel.parser = "strict"
+  c.env.parallel.sft_oracle = "diverse"
+  c.env.parallel.explore = 0.5
 
   # Rollouts: B tasks x G trajectories per iteration, stepped by actor processes.
   c.rollout = ml_collections.ConfigDict()

@@ -295,6 +295,8 @@ class Demonstration:
   actions: list[str]
   success: bool
   final_observation: str = ""  # what the episode ended on (after the last action)
+  # The info each observation came with (the reset's, then each step's): what an actor's prompt hook is given.
+  infos: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
@@ -302,16 +304,18 @@ def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
   """Play one episode with the environment's `oracle_action()` (the env may be wrapped)."""
   oracle = env.unwrapped.oracle_action
   observation, info = env.reset(seed=seed, options=options)
-  observations, actions = [], []
+  observations, actions, infos = [], [], []
   done = False
   while not done:
     action = oracle()
     observations.append(observation)
     actions.append(action)
+    infos.append(info)
     observation, _, terminated, truncated, info = env.step(action)
     done = terminated or truncated
   return Demonstration(info["task_id"], seed, observations, actions, bool(info["success"]),
-                       final_observation=observation if isinstance(observation, str) else str(observation.get("text", "")))
+                       final_observation=observation if isinstance(observation, str) else str(observation.get("text", "")),
+                       infos=infos)
 
 
 def oracle_demonstrations(env: gymnasium.Env, seeds: Sequence[int],

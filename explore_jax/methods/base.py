@@ -47,6 +47,9 @@ import numpy as np
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt
 from explore_jax.images import IMAGE
 
+# The record field a method's per-step weight W_t travels in to the estimators (StepRecords.step_weights; DPEPO).
+STEP_WEIGHT_FIELD = "step_weight"
+
 DEFAULT_SYSTEM_PROMPT = "You are an agent acting in a text environment. Reply with your next action only."
 
 
@@ -286,7 +289,7 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
 
 # Modules whose import registers methods; loaded on first use of the registry.
 METHOD_MODULES = ("explore_jax.methods.grpo", "explore_jax.methods.sge", "explore_jax.methods.rlad",
-                  "explore_jax.methods.rnd", "explore_jax.methods.empo2")
+                  "explore_jax.methods.rnd", "explore_jax.methods.empo2", "explore_jax.methods.dpepo")
 
 
 def _load_all() -> None:

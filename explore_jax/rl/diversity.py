@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Hashable, Mapping, Sequence
 
+WEIGHT_FORMS = ("full", "depth", "width")
+
 
 def _pairs(actions: Sequence[str]) -> list[tuple[str, str]]:
   return list(zip(actions[:-1], actions[1:]))
@@ -56,6 +58,7 @@ def dpepo_step_weight(
     width_ignore: Sequence[str] = (),
     num_copies: int | None = None,
     round_to: int | None = None,
+    form: str = "full",
 ) -> float:
   """Diversity weight W_t of one parallel step (DPEPO, eq. 3-5, as released in the authors' code).
 
@@ -83,10 +86,14 @@ def dpepo_step_weight(
       those act (the released code). None: every named copy acts.
     round_to: decimals W_t is rounded to with Python's round (the released code: 4); None keeps
       it exact. `no_action_weight` is returned as given.
+    form: "full" (the weight above), or one of its two terms alone for the ablations: "depth",
+      the mean over acting copies of W_i; "width", omega^c_wid.
 
   Returns:
     W_t in (0, 1].
   """
+  if form not in WEIGHT_FORMS:
+    raise ValueError(f"form must be one of {WEIGHT_FORMS}, got {form!r}")
   if not actions:
     return no_action_weight
   acted = {copy: action.strip() for copy, action in _acting(actions, num_copies).items()}
@@ -111,7 +118,8 @@ def dpepo_step_weight(
   ignored = {a.strip() for a in width_ignore}
   counted = [a.strip() for a in actions.values() if a.strip() not in ignored]
   c_wid = len(counted) - len(set(counted))
-  weight = (omega**c_wid + sum(per_copy) / len(per_copy)) / 2.0
+  width, depth = omega**c_wid, sum(per_copy) / len(per_copy)
+  weight = {"full": (width + depth) / 2.0, "depth": depth, "width": width}[form]
   return weight if round_to is None else round(weight, round_to)
 
 

@@ -175,8 +175,11 @@ def check_environments(config: Any) -> None:
 
   import explore_jax.envs  # noqa: F401  (registers the environment ids)
 
+  from explore_jax.train.rollout import environment
+
   for kwargs in (dict(config.env.kwargs), {**config.env.kwargs, **config.eval.get("env_kwargs", {})}):
+    env_id, kwargs = environment(config, kwargs)
     try:
-      gymnasium.make(config.env.id, **kwargs).close()
+      gymnasium.make(env_id, **kwargs).close()
     except Exception as e:
-      raise ValueError(f"environment {config.env.id} with {kwargs} cannot be built: {e}") from e
+      raise ValueError(f"environment {env_id} with {kwargs} cannot be built: {e}") from e

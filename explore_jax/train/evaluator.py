@@ -92,8 +92,9 @@ class Evaluator:
     of each task are also written there (evaluation.write_transcripts)."""
     c = self.config
     env_kwargs, seeds, stream = self._task_set(task_set)
+    env_id, env_kwargs = rollout.environment(c, env_kwargs)
     n = c.eval.passk_samples
-    specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=c.env.id,
+    specs = [EpisodeSpec(episode_id=i * n + j, group_id=i, traj_id=i * n + j, env_id=env_id,
                          env_kwargs=env_kwargs, seed=seed) for i, seed in enumerate(seeds) for j in range(n)]
     key = jax.random.fold_in(self.key if key is None else key, PASS_AT_K_STREAM + stream)
     policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, -1)

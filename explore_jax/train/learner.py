@@ -28,7 +28,7 @@ import numpy as np
 
 from explore_jax.images import ImageLayout
 from explore_jax.methods import Method
-from explore_jax.methods.base import BuildContext, SFTRequest
+from explore_jax.methods.base import STEP_WEIGHT_FIELD, BuildContext, SFTRequest
 from explore_jax.models import Model
 from explore_jax.models import lora as lora_lib
 from explore_jax.rl.advantages import RecordLayout, StepRecords, get_advantage_estimator, intern_keys
@@ -44,8 +44,6 @@ BATCH_REWRITE_STREAM = 11
 SFT_STREAM = 99
 # Prompt columns that are padding in every row are dropped in steps of this many (few compiled widths).
 PROMPT_BUCKET = 64
-# Records whose method field is named so become StepRecords.step_weights (DPEPO's W_t).
-STEP_WEIGHT_FIELD = "step_weight"
 
 
 def micro_batch_count(size: int, micro: int, names: tuple[str, str]) -> int:

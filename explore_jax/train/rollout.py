@@ -18,6 +18,7 @@ import numpy as np
 
 from explore_jax.actors.pool import ActorPool
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
+from explore_jax.envs.parallel import parallel_env
 from explore_jax.methods import Method
 from explore_jax.replay import RecordSpec, from_host
 
@@ -37,15 +38,23 @@ def task_groups(config: Any, iteration: int, *, evaluation: bool) -> tuple[list[
   return groups, env_kwargs, rng
 
 
+def environment(config: Any, env_kwargs: dict[str, Any], *, demonstrations: bool = False
+                ) -> tuple[str, dict[str, Any]]:
+  """(id, kwargs) of the environment episodes play: config.env.id with `env_kwargs`, in K parallel copies when
+  config.env.parallel.copies is K >= 1 (envs/parallel.py; DPEPO's setting, open to every method)."""
+  return parallel_env(config.env.id, env_kwargs, config.env.get("parallel"), demonstrations=demonstrations)
+
+
 def episode_specs(config: Any, method: Optional[Method], iteration: int, *, evaluation: bool) -> list[EpisodeSpec]:
   """B task groups of G episodes each (a group's episodes share the environment seed); training episodes
   carry the method's context, evaluation episodes none."""
   groups, env_kwargs, rng = task_groups(config, iteration, evaluation=evaluation)
+  env_id, env_kwargs = environment(config, env_kwargs)
   specs, traj = [], 0
   for g, (seed, size) in enumerate(groups):
     for _ in range(size):
       # Ids are unique within the iteration; the sampler's key is folded with the iteration.
-      spec = EpisodeSpec(episode_id=traj, group_id=g, traj_id=traj, env_id=config.env.id,
+      spec = EpisodeSpec(episode_id=traj, group_id=g, traj_id=traj, env_id=env_id,
                          env_kwargs=env_kwargs, seed=seed)
       if not evaluation and method is not None:
         spec = dataclasses.replace(spec, context=method.episode_context(spec, rng))

@@ -83,7 +83,7 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
                      prompt_hook: Callable[..., list[dict[str, str]]],
                      workers: Optional[int] = None) -> list[dict[str, Any]]:
   """(prompt, oracle action) demonstrations from an environment's oracle, one per step, with the
-  prompts built by the method's hook from the same history the actor would hold. A hook with a `final_prompt` and
+  prompts built by the method's hook from the same history and info the actor would hold. A hook with a `final_prompt` and
   an `oracle_final_text` (EMPO2's tip) also gets, per episode, its final prompt answered with the text it makes of
   the oracle's episode: a policy learns to write what the final prompt asks for.
 
@@ -95,8 +95,8 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
   demos = []
   for d in _oracle_episodes(env_id, env_kwargs, list(seeds), workers):
     history: list[tuple[str, str]] = []
-    for obs, action in zip(d.observations, d.actions):
-      prompt = prompt_hook(obs, list(history), {}, {})
+    for t, (obs, action) in enumerate(zip(d.observations, d.actions)):
+      prompt = prompt_hook(obs, list(history), {}, d.infos[t] if d.infos else {})
       messages, images = (prompt.messages, prompt.images) if isinstance(prompt, Prompt) else (prompt, ())
       demos.append({"messages": messages, "response": action,
                     **({"images": [np.asarray(image) for image in images]} if images else {})})

@@ -21,7 +21,7 @@ from explore_jax import cache as cache_lib, hf
 from explore_jax.images import ImageLayout
 from explore_jax.methods.base import SFTRequest
 from explore_jax.models import lora as lora_lib
-from explore_jax.train import checkpoint, sft_data
+from explore_jax.train import checkpoint, rollout, sft_data
 from explore_jax.train.learner import finetune
 
 
@@ -49,7 +49,10 @@ def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_l
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
   sft = {k: v for k, v in config.sft.to_dict().items()
          if k != "checkpoint_every" and not (k == "micro_batch_size" and not v)}
-  return config_hash(checkpoint_identity(checkpoint_dir), sft, config.env.to_dict(), prompt_len, response_len,
+  env = config.env.to_dict()
+  if not env.get("parallel", {}).get("copies"):
+    env.pop("parallel", None)  # the world itself: the hash warm starts had before parallel copies existed
+  return config_hash(checkpoint_identity(checkpoint_dir), sft, env, prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
                      *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
 
@@ -58,7 +61,8 @@ def request(config: Any, prompt_hook: Callable) -> SFTRequest:
   """config.sft as an SFT request: a JSONL file's demonstrations or the environment oracle's episodes."""
   c = config.sft
   demos = (sft_data.load_demonstrations(c.demonstrations) if c.demonstrations else
-           sft_data.oracle_sft_demos(config.env.id, {**config.env.kwargs, **c.get("env_kwargs", {})},
+           sft_data.oracle_sft_demos(*rollout.environment(config, {**config.env.kwargs, **c.get("env_kwargs", {})},
+                                                          demonstrations=True),
                                      range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes),
                                      prompt_hook))
   return SFTRequest(demonstrations=tuple(demos), steps=c.steps, batch_size=c.batch_size,

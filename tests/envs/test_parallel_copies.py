@@ -161,3 +161,96 @@ def test_gymnasium_make_and_check_env():
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     check_env(env.unwrapped)
+
+
+# ---- the authors' lenient parser ----------------------------------------------------------------------------
+
+def test_the_lenient_parser_renumbers_blocks_by_order_and_needs_no_parallel_block():
+  env = make(num_copies=3, parser="lenient")
+  env.reset(seed=3)  # room 3 of 4, key and door to the left
+  _, _, _, _, info = env.step("I will try <env_7>go left</env_7> and then <env_2> go right </env_2>")
+  assert info["format_ok"] and info["acted"] == [0, 1]  # the written indices are ignored
+  assert info["actions"] == ["go left", "go right", None]
+  assert info["parsed_actions"] == [[1, "go left"], [2, "go right"]]
+  assert [copy.room for copy in env.copies] == [1, 3, 2]
+
+
+def test_a_lenient_block_past_the_kth_is_an_invalid_environment_that_steps_nothing():
+  env = make(num_copies=2, parser="lenient")
+  env.reset(seed=3)
+  observation, reward, _, _, info = env.step("<env_1>go left</env_1><env_2>go left</env_2><env_3>take key</env_3>")
+  assert info["acted"] == [0, 1] and reward == 0.0
+  assert "The 3-th environment is invalid: there are 2 environments, ranging from 1 to 2." in observation
+  # W_t's width term counts the out-of-range action, as the authors' code does.
+  assert info["parsed_actions"] == [[1, "go left"], [2, "go left"], [3, "take key"]]
+  assert info["histories"] == [["go left"], ["go left"]]
+
+
+def test_a_lenient_block_its_copy_refuses_steps_that_copy_as_its_own_invalid_action():
+  env = make(num_copies=2, parser="lenient")
+  env.reset(seed=3)
+  observation, _, _, _, info = env.step("<env_1>dance</env_1><env_2>go left</env_2>")
+  assert info["format_ok"] and info["acted"] == [0, 1]
+  assert info["copy_observations"][0][0].startswith("Invalid action:")
+  assert [copy.room for copy in env.copies] == [2, 1]
+  _, _, _, _, info = env.step("<env_1>dance</env_1>")  # no block its copy parses: a malformed response
+  assert not info["format_ok"] and info["format_reward"] == 0.0 and info["acted"] == [0]
+
+
+@pytest.mark.parametrize("response", ["go left", "<env_1>go left", "<parallel></parallel>", ""])
+def test_a_lenient_response_without_a_closed_block_is_invalid_and_steps_nothing(response):
+  env = make(num_copies=2, parser="lenient")
+  env.reset(seed=3)
+  observation, _, _, _, info = env.step(response)
+  assert not info["format_ok"] and info["acted"] == [] and info["parsed_actions"] == []
+  assert "No <env_i>...</env_i> block" in observation
+
+
+def test_bad_parser_or_oracle_names_the_choices():
+  with pytest.raises(ValueError, match="parser must be one of"):
+    make(parser="loose")
+  with pytest.raises(ValueError, match="oracle must be one of"):
+    make(oracle="best")
+
+
+# ---- what a DPEPO prompt is built from, and the cold start's oracle -------------------------------------------
+
+def test_info_holds_each_copys_actions_and_what_it_showed_after_each():
+  env = make(num_copies=2)
+  env.reset(seed=3)
+  env.step(parallel((1, "go left")))
+  _, _, _, _, info = env.step(parallel((1, "go left"), (2, "go right")))
+  assert info["histories"] == [["go left", "go left"], ["go right"]]
+  assert [len(o) for o in info["copy_observations"]] == [2, 1]
+  assert info["copy_observations"][1][0] == env.copies[1].raw_observation()
+  assert info["initial_observation"] == KeyDoorEnv().reset(seed=3)[0]
+
+
+def test_the_diverse_oracle_explores_in_the_other_copies_and_still_wins():
+  env = make(num_copies=3, oracle="diverse", explore=1.0)
+  demos = oracle_demonstrations(env, range(20))
+  assert all(d.success for d in demos)
+  distinct_steps = 0
+  for d in demos:
+    lead = []
+    for response in d.actions:
+      actions = env.parse_action(response)[0]
+      assert set(actions) <= {0, 1, 2}
+      lead.append(env.copies[0].action_text(actions[0]))
+      distinct_steps += len({env.copies[0].action_text(a) for a in actions.values()}) > 1
+    # Copy 1 plays the world's own oracle episode, which wins; the episode ends at its win (or earlier).
+    single = oracle_demonstrations(KeyDoorEnv(), [d.seed])[0].actions
+    assert lead == single[:len(lead)]
+  assert distinct_steps > len(demos)  # the other copies did explore
+  # Replayed from its seed, a demonstration wins again: the oracle's draws come from the episode's stream.
+  for d in demos[:5]:
+    env.reset(seed=d.seed)
+    for response in d.actions:
+      *_, info = env.step(response)
+    assert info["success"]
+
+
+def test_the_same_oracle_takes_the_oracle_action_in_every_copy():
+  env = make(num_copies=2, oracle="same")
+  env.reset(seed=3)
+  assert env.oracle_action() == parallel((1, "go left"), (2, "go left"))
