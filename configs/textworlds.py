@@ -27,10 +27,10 @@ gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_pen
 import ml_collections
 
 from configs import base, small
-from explore_jax.methods import empo2, grpo
+from explore_jax.methods import dpepo, empo2, grpo
 
 VARIANTS = ("", "tiny", "small", "paper")
-METHODS = ("grpo", "gigpo", "empo2")
+METHODS = ("grpo", "gigpo", "empo2", "dpepo")
 
 SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you see, then reply with exactly one "
                  "action on one line.")
@@ -106,6 +106,8 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
   if method == "empo2":
     empo2.configure(c)
     c.rollout.final_max_new_tokens = 128         # a tip (the tiny warm start's oracle tips are ~40-90 tokens)
+  elif method == "dpepo":
+    dpepo.configure(c)
   else:
     grpo.configure(c, method)
   c.rl.loss.aggregation = "token-mean"
@@ -196,4 +198,42 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
       c.rl.loss.eps_high = 0.3
       c.rl.loss.dual_clip = 10.0
       c.rl.format_penalty = 0.0
+  if method == "dpepo":
+    parallel_scale(c, world, variant)
   return small.apply(c) if variant == "small" else c
+
+
+# DPEPO's prompt shows every copy, so it is longer than one world's; and a response names an action per copy.
+# Per world at the tiny scale: (prompt tokens, response tokens, earlier steps shown per copy), measured on the
+# diverse cold start's episodes (benchmarks/dpepo_iteration.py prints them).
+PARALLEL_TINY = {"twx": (1536, 72, 0), "scienceworld": (2560, 112, 0), "textworld": (1536, 72, 0),
+                 "alfworld": (1792, 112, 0)}
+
+
+def parallel_scale(c: ml_collections.ConfigDict, world: str, variant: str) -> None:
+  """DPEPO's settings on a text world: the paper's recipe at :paper (Section 4 and the released scripts), the
+  copies' longer prompts and responses at the tiny scale."""
+  c.rollout.group_size = 4 if world == "scienceworld" else 8
+  if world in ("scienceworld", "alfworld"):
+    c.sft.env_kwargs.admissible = True           # the cold start's other copies draw from the admissible actions,
+    c.dpepo.show_admissible = variant == "paper"  # which the tiny prompts do not show (ALFWorld's :paper lists them)
+  if variant != "paper":
+    c.rollout.max_prompt_tokens, c.rollout.max_new_tokens, c.dpepo.history_steps = PARALLEL_TINY[world]
+    return
+  steps = 25                                     # the episode ends at the first success or after 25 steps
+  c.env.max_steps = c.env.kwargs.max_steps = steps
+  c.dpepo.history_steps = -1                     # the parallel layout shows every earlier step whole
+  c.rollout.temperature = 1.0
+  c.eval.temperature = 0.4
+  c.rollout.max_prompt_tokens = 6144
+  c.rollout.max_new_tokens = 1024
+  c.optimizer.learning_rate = 1e-6
+  c.rl.loss.eps_low = c.rl.loss.eps_high = 0.2
+  c.rl.loss.aggregation = "token-mean"
+  c.rl.loss.kl_coef = 0.01
+  c.rl.loss.kl_type = "k3"
+  c.rl.loss.entropy_coef = 0.001
+  c.model.lora.rank = 32                         # LoRA r = alpha = 32
+  c.model.lora.alpha = 32.0
+  if world == "alfworld":
+    c.dpepo.width_ignore = "look"                # the released ALFWorld code leaves "look" out of c_wid

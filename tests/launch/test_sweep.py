@@ -779,3 +779,21 @@ def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
   assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory/" in line)
   for _, config, overrides in protocol.ARMS:  # every override names a field of its config
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+
+
+def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():
+  from configs.protocols import dpepo as protocol
+  out = sweep("--protocol=configs/protocols/dpepo.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
+  names = [name for name, _, _ in protocol.ARMS]
+  assert names == ["dpepo", "dpepo_no_weight", "dpepo_k1", "gigpo", "dpepo_small", "dpepo_no_weight_small"]
+  assert len(lines) == len(names) * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS >= 3
+  for name in names:
+    mine = [line for line in lines if f"/{name}/ws" in line]
+    assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+  assert all("--config=configs/dpepo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
+  assert all("--config=configs/dpepo_keydoor.py:small " in line for line in lines if "/dpepo_small/" in line)
+  assert all("--config.env.parallel.copies=1" in line for line in lines if "/dpepo_k1/" in line)
+  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
