@@ -7,8 +7,8 @@ Runs are grouped by their config's `method`, or by --labels (one name per run, i
 passes its arms); each must hold summary.json and metrics.jsonl (written by
 launch/train.py when the config asks for pass@k). Prints markdown and, with --output, writes:
 
-  compare.md    1. mean +- sample std over seeds of every pass@k column (--ks), solved >= 1, distinct outcomes and
-                states;
+  compare.md    1. mean +- sample std over seeds of every pass@k column (--ks), solved >= 1, distinct outcomes,
+                states and steps to success ("—" where a run lacks one);
                 2. per method and task set: pass@1 and pass@k_max, mean with a percentile-bootstrap CI over
                    seeds (k_max: the largest k every run has);
                 3. per pair of methods and task set both were evaluated on: the difference of means with its
@@ -298,7 +298,7 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
   conf = f"{100 * report['confidence']:g}%"
   out = ["## pass@k, mean ± sample std over seeds", ""]
   head = ["method", "policy / tasks", "seeds"] + [f"pass@{k}" for k in ks_table] + ["solved≥1", "distinct outcomes",
-                                                                                   "distinct states"]
+                                                                                   "distinct states", "steps to success"]
   out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for method, entries in by_method.items():
     for label in entries[0][1]:
@@ -306,7 +306,8 @@ def markdown(by_method: dict[str, list[tuple[str, dict]]], report: dict, ks_tabl
       cells = [method, label, str(len(rows))] + [mean_std([r["pass_at_k"][k] for r in rows]) for k in ks_table]
       cells += [mean_std([r["tasks_solved_at_least_once"] for r in rows], 1),
                 mean_std([r["distinct_outcomes_per_task"] for r in rows], 2),
-                _mean_std_if_all([r.get("distinct_states_per_task") for r in rows], 2)]
+                _mean_std_if_all([r.get("distinct_states_per_task") for r in rows], 2),
+                _mean_std_if_all([r.get("steps_to_success") for r in rows], 2)]
       out.append("| " + " | ".join(cells) + " |")
 
   out += ["", f"## Mean over seeds with {conf} percentile-bootstrap CI ({report['resamples']} resamples)", "",

@@ -10,7 +10,8 @@ averaged over tasks; it needs n >= k. Over a task's n samples:
                      (the text worlds) an attempt's outcome is where it ended: its final observation and success
   distinct states    the distinct state keys of every observation a prompt was built from, the final one
                      included: how much of the world the attempts saw (EMPO2's exploration measure)
-Summaries written before the states were counted read back without them (`states` None).
+  steps to success   the steps of the attempts that succeeded (DPEPO's shorter episodes), summed per task
+Summaries written before the states were counted read back without them (`states`, `success_steps` None).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class TaskSetEval:
   successes: np.ndarray    # [T] int
   outcomes: np.ndarray     # [T] int: distinct outcome keys over all attempts
   states: np.ndarray | None = None  # [T] int: distinct state keys over all attempts (None: an older summary)
+  success_steps: np.ndarray | None = None  # [T] int: steps summed over the successful attempts (None: older)
 
   @property
   def min_samples(self) -> int:
@@ -103,15 +105,16 @@ class TaskSetEval:
     """The raw counts (what `from_json` reads back)."""
     d = {"label": self.label, "task_ids": list(self.task_ids), "samples": self.samples.tolist(),
          "successes": self.successes.tolist(), "outcomes": self.outcomes.tolist()}
-    if self.states is not None:
-      d["states"] = self.states.tolist()
+    for name in ("states", "success_steps"):
+      if getattr(self, name) is not None:
+        d[name] = getattr(self, name).tolist()
     return d
 
   @classmethod
   def from_json(cls, d: dict[str, Any]) -> "TaskSetEval":
-    states = d.get("states")
+    optional = {name: None if d.get(name) is None else np.asarray(d[name], int) for name in ("states", "success_steps")}
     return cls(d["label"], list(d["task_ids"]), np.asarray(d["samples"], int), np.asarray(d["successes"], int),
-               np.asarray(d["outcomes"], int), None if states is None else np.asarray(states, int))
+               np.asarray(d["outcomes"], int), **optional)
 
   def to_dict(self, ks: Sequence[int]) -> dict[str, Any]:
     d = {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
@@ -121,6 +124,9 @@ class TaskSetEval:
          "tasks_solved_at_least_once": int((self.successes > 0).sum())}
     if self.states is not None:
       d["distinct_states_per_task"] = float(self.states.mean()) if len(self.states) else 0.0
+    if self.success_steps is not None:  # None where nothing succeeded
+      wins = int(self.successes.sum())
+      d["steps_to_success"] = float(self.success_steps.sum() / wins) if wins else None
     return d
 
 
@@ -135,7 +141,8 @@ def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
                      samples=np.array([len(by_task[t]) for t in tasks], int),
                      successes=np.array([sum(r.success for r in by_task[t]) for t in tasks], int),
                      outcomes=np.array([len(set().union(*map(attempt_outcomes, by_task[t]))) for t in tasks], int),
-                     states=np.array([len(set().union(*map(attempt_states, by_task[t]))) for t in tasks], int))
+                     states=np.array([len(set().union(*map(attempt_states, by_task[t]))) for t in tasks], int),
+                     success_steps=np.array([sum(len(r.steps) for r in by_task[t] if r.success) for t in tasks], int))
 
 
 def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int = 1) -> int:

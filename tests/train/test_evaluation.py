@@ -63,11 +63,15 @@ def test_a_text_world_attempt_ends_in_its_final_state_and_success_and_its_states
   np.testing.assert_array_equal(e.states, [4, 1])   # {1, 2, 3, 7}; {1}
   d = e.to_dict([1])
   assert d["distinct_states_per_task"] == 2.5 and d["distinct_outcomes_per_task"] == 1.5
+  np.testing.assert_array_equal(e.success_steps, [2, 0])
+  assert d["steps_to_success"] == 2.0
   back = evaluation.TaskSetEval.from_json(e.to_json())
   np.testing.assert_array_equal(back.states, e.states)
-  older = {k: v for k, v in e.to_json().items() if k != "states"}  # a summary written before states counted
+  older = {k: v for k, v in e.to_json().items() if k not in ("states", "success_steps")}  # an older summary
   old = evaluation.TaskSetEval.from_json(older)
-  assert old.states is None and "distinct_states_per_task" not in old.to_dict([1])
+  assert old.states is None and old.success_steps is None
+  assert not {"distinct_states_per_task", "steps_to_success"} & set(old.to_dict([1]))
+  np.testing.assert_array_equal(evaluation.TaskSetEval.from_json(e.to_json()).success_steps, e.success_steps)
   assert evaluation.table([old], [1]).splitlines()[-1].endswith("| - |")
 
 
