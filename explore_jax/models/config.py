@@ -135,6 +135,10 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
         num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0, qk_norm=True, tie_embeddings=True,
         max_position_embeddings=40_960),
+    "qwen3-1.7b": ModelConfig(
+        vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16,
+        num_kv_heads=8, head_dim=128, rope_theta=1_000_000.0, qk_norm=True, tie_embeddings=True,
+        max_position_embeddings=40_960),
     "qwen3-4b": ModelConfig(
         vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
         num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0, qk_norm=True, tie_embeddings=True,

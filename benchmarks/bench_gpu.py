@@ -1,0 +1,140 @@
+"""The accelerator figures in one command (`make bench-gpu`): sampler decode throughput and its fraction of the HBM
+roofline, and the learner step's MFU, at the Qwen3-0.6B and -1.7B shapes in bfloat16 (random weights), on the
+first accelerator JAX sees. Prints a markdown table for benchmarks/README.md and writes the figures as JSON beside
+it (benchmarks/results/accelerator_<device>.json; --output to choose).
+
+  sampler   benchmarks/sampler.py --preset=P --dtype=bfloat16 --batch=1,64 --skip_torch --skip_no_cache
+            --hbm_gbps=<the device's>: decode tokens/s (prefill subtracted) and the roofline fraction (parameters
+            plus the whole preallocated KV cache read once per step)
+  learner   benchmarks/learner.py --preset=P --dtype=bfloat16 --batch=8 --prompt_len=2048 --response_len=512: one
+            jitted loss + gradient of the policy loss; MFU = 6 x params x tokens / step time / peak bf16 FLOP/s
+            (the matmul FLOPs of forward and backward; attention's score FLOPs are left out, so MFU is slightly
+            understated at long prompts)
+
+Each part runs as its own process under --part_timeout_s (a part that does not finish is reported so and the
+rest still run); the device's bandwidth and peak come from DEVICES by its kind (--hbm_gbps / --peak_tflops
+override). The continuous-batching loop row (issue 55's third figure) has no sampler to measure yet: the loop
+still calls the fixed-shape sampler, whose in-loop figure is benchmarks/loop_sampler.py's. Prints and writes,
+asserts nothing.
+
+  .venv/bin/python benchmarks/bench_gpu.py [--presets qwen3-0.6b,qwen3-1.7b] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# Device kind (as jax reports it, lower case, a substring) -> (HBM GB/s, dense bf16 peak TFLOP/s), from the
+# vendors' data sheets (SXM parts).
+DEVICES = {"h200": (4800.0, 989.0), "h100": (3350.0, 989.0), "a100": (2039.0, 312.0), "v5lite": (819.0, 197.0),
+           "v5p": (2765.0, 459.0), "v6e": (1640.0, 918.0), "v4": (1200.0, 275.0)}
+
+LEARNER_SHAPE = dict(batch=8, prompt_len=2048, response_len=512)
+
+
+def device_kind() -> str:
+  import jax
+
+  return jax.devices()[0].device_kind
+
+
+def device_figures(kind: str) -> tuple[float, float]:
+  for name, figures in DEVICES.items():
+    if name in kind.lower().replace(" ", ""):
+      return figures
+  return 0.0, 0.0
+
+
+def run_part(args: list[str], timeout_s: float) -> tuple[str, float, str]:
+  """(stdout, seconds, error or "") of one benchmark script."""
+  start = time.perf_counter()
+  try:
+    out = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    return "", time.perf_counter() - start, f"did not finish in {timeout_s:.0f} s"
+  error = "" if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}"
+  return out.stdout, time.perf_counter() - start, error
+
+
+def sampler_rows(stdout: str) -> dict[int, dict[str, float]]:
+  rows: dict[int, dict[str, float]] = {}
+  for b, tps in re.findall(r"\[decode\] batch (\d+): ([\d,]+) tokens/s", stdout):
+    rows.setdefault(int(b), {})["decode_tokens_per_s"] = float(tps.replace(",", ""))
+  for b, frac in re.findall(r"\[roofline\] batch (\d+):.*= ([\d.]+)% of roofline", stdout):
+    rows.setdefault(int(b), {})["roofline_fraction"] = float(frac) / 100
+  return rows
+
+
+def learner_row(stdout: str, num_params: float, peak_tflops: float) -> dict[str, float]:
+  found = re.search(r"response-only logits: ([\d.]+) ms per loss\+grad", stdout)
+  if not found:
+    return {}
+  step_s = float(found.group(1)) / 1e3
+  tokens = LEARNER_SHAPE["batch"] * (LEARNER_SHAPE["prompt_len"] + LEARNER_SHAPE["response_len"])
+  flops = 6.0 * num_params * tokens
+  row = {"step_ms": step_s * 1e3, "tokens": tokens, "tflops_per_s": flops / step_s / 1e12}
+  if peak_tflops:
+    row["mfu"] = row["tflops_per_s"] / peak_tflops
+  return row
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--presets", default="qwen3-0.6b,qwen3-1.7b")
+  parser.add_argument("--hbm_gbps", type=float, default=0.0)
+  parser.add_argument("--peak_tflops", type=float, default=0.0)
+  parser.add_argument("--part_timeout_s", type=float, default=150.0)
+  parser.add_argument("--output", default="")
+  args = parser.parse_args()
+
+  from explore_jax.models.config import PRESETS
+
+  kind = device_kind()
+  hbm, peak = device_figures(kind)
+  hbm, peak = args.hbm_gbps or hbm, args.peak_tflops or peak
+  print(f"device: {kind}; HBM {hbm:.0f} GB/s, peak bf16 {peak:.0f} TFLOP/s (0: unknown kind, pass them)")
+  result: dict = {"device": kind, "hbm_gbps": hbm, "peak_bf16_tflops": peak, "learner_shape": LEARNER_SHAPE,
+                  "presets": {}}
+  for name in args.presets.split(","):
+    entry = result["presets"][name] = {"params": PRESETS[name].num_params()}
+    stdout, seconds, error = run_part(
+        ["benchmarks/sampler.py", f"--preset={name}", "--dtype=bfloat16", "--batch=1,64", "--skip_torch",
+         "--skip_no_cache", f"--hbm_gbps={hbm}"], args.part_timeout_s)
+    entry["sampler"] = {"batches": sampler_rows(stdout), "seconds": seconds, "error": error}
+    print(f"[{name}] sampler ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+    stdout, seconds, error = run_part(
+        ["benchmarks/learner.py", f"--preset={name}", "--dtype=bfloat16",
+         *(f"--{k}={v}" for k, v in LEARNER_SHAPE.items())], args.part_timeout_s)
+    entry["learner"] = {**learner_row(stdout, entry["params"], peak), "seconds": seconds, "error": error}
+    print(f"[{name}] learner ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+
+  print("\n| shape (bf16) | decode tok/s, batch 1 | roofline, batch 1 | decode tok/s, batch 64 | roofline, batch 64 "
+        "| learner step ms | learner MFU |")
+  print("|---|---|---|---|---|---|---|")
+  for name, entry in result["presets"].items():
+    batches, learner = entry["sampler"]["batches"], entry["learner"]
+    cell = lambda d, k, f: f.format(d[k]) if k in d else "—"  # noqa: E731
+    print(f"| {name} | {cell(batches.get(1, {}), 'decode_tokens_per_s', '{:,.0f}')} | "
+          f"{cell(batches.get(1, {}), 'roofline_fraction', '{:.0%}')} | "
+          f"{cell(batches.get(64, {}), 'decode_tokens_per_s', '{:,.0f}')} | "
+          f"{cell(batches.get(64, {}), 'roofline_fraction', '{:.0%}')} | {cell(learner, 'step_ms', '{:.1f}')} | "
+          f"{cell(learner, 'mfu', '{:.1%}')} |")
+  path = args.output or os.path.join(REPO, "benchmarks", "results",
+                                     f"accelerator_{re.sub(r'[^a-z0-9]+', '_', kind.lower()).strip('_')}.json")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(result, f, indent=1)
+  print(f"written: {os.path.relpath(path, REPO)}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,47 @@
+"""benchmarks/bench_gpu.py reads its parts' printed figures: the sampler's decode and roofline lines, the learner's
+step time into MFU, and the device's data-sheet figures by kind."""
+
+import importlib.util
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("bench_gpu", os.path.join(REPO, "benchmarks", "bench_gpu.py"))
+bench_gpu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_gpu)
+
+SAMPLER_OUT = """device: NVIDIA H200 x1 (gpu), 16 CPU cores, load average 0.10
+[ours, KV cache] batch 1: 180 new tokens/s (711.1 ms for 128 tokens; first call incl. compile 20.1 s; prefill 9.0 ms)
+[decode] batch 1: 181 tokens/s, 5.528 ms/step
+[roofline] batch 1: 1.198 GB/step (params 1.192 + KV 0.006) at 4800 GB/s -> bound 0.250 ms/step; measured 5.528 ms/step = 4.5% of roofline (217 GB/s achieved)
+[ours, KV cache] batch 64: 10,880 new tokens/s (753.0 ms for 128 tokens; first call incl. compile 21.0 s; prefill 30.0 ms)
+[decode] batch 64: 11,254 tokens/s, 5.687 ms/step
+[roofline] batch 64: 1.582 GB/step (params 1.192 + KV 0.390) at 4800 GB/s -> bound 0.330 ms/step; measured 5.687 ms/step = 5.8% of roofline (278 GB/s achieved)
+"""
+
+
+def test_the_sampler_lines_become_decode_throughput_and_roofline_per_batch():
+  rows = bench_gpu.sampler_rows(SAMPLER_OUT)
+  assert rows == {1: {"decode_tokens_per_s": 181.0, "roofline_fraction": pytest.approx(0.045)},
+                  64: {"decode_tokens_per_s": 11254.0, "roofline_fraction": pytest.approx(0.058)}}
+  assert bench_gpu.sampler_rows("no figures") == {}
+
+
+def test_the_learner_step_becomes_mfu_over_the_matmul_flops():
+  out = "response-only logits: 250.0 ms per loss+grad (first call 30.1 s)\n"
+  row = bench_gpu.learner_row(out, num_params=1e9, peak_tflops=1000.0)
+  tokens = 8 * (2048 + 512)
+  assert row["tokens"] == tokens and row["step_ms"] == pytest.approx(250.0)
+  assert row["tflops_per_s"] == pytest.approx(6 * 1e9 * tokens / 0.25 / 1e12)
+  assert row["mfu"] == pytest.approx(row["tflops_per_s"] / 1000.0)
+  assert "mfu" not in bench_gpu.learner_row(out, num_params=1e9, peak_tflops=0.0)  # an unknown device
+  assert bench_gpu.learner_row("crashed", 1e9, 1000.0) == {}
+
+
+def test_device_figures_by_kind():
+  assert bench_gpu.device_figures("NVIDIA H200") == (4800.0, 989.0)
+  assert bench_gpu.device_figures("NVIDIA H100 80GB HBM3") == (3350.0, 989.0)
+  assert bench_gpu.device_figures("TPU v5 lite") == (819.0, 197.0)
+  assert bench_gpu.device_figures("Some GPU") == (0.0, 0.0)  # not listed: the command line gives them
+  assert bench_gpu.device_figures("cpu") == (0.0, 0.0)
