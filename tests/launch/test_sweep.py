@@ -764,36 +764,32 @@ def test_a_warm_start_too_large_to_carry_stays_in_the_cache(tmp_path, monkeypatc
   assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == ["k0"]
 
 
-def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
-  from configs.protocols import empo2 as protocol
-  out = sweep("--protocol=configs/protocols/empo2.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
+def _planned_arms(protocol_name, names):
+  """The protocol's dry-run lines, each arm's planned over warm starts 0-2; every override names a config field."""
+  protocol = importlib.import_module(f"configs.protocols.{protocol_name}")
+  out = sweep(f"--protocol=configs/protocols/{protocol_name}.py", "--root=/nonexistent/root", "--dry_run",
+              "--machine=m1")
   assert out.returncode == 0, out.stderr[-2000:]
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  names = [name for name, _, _ in protocol.ARMS]
-  assert names == ["empo2", "grpo", "gigpo", "empo2_no_memory", "empo2_small", "grpo_small"]
+  assert [name for name, _, _ in protocol.ARMS] == names
   assert len(lines) == len(names) * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS >= 3
   for name in names:
     mine = [line for line in lines if f"/{name}/ws" in line]
     assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
-    assert all("--config.sft.env_kwargs.oracle=search" in line for line in mine)
-  assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory/" in line)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
+  for _, config, overrides in protocol.ARMS:
     sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  return lines
+
+
+def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
+  lines = _planned_arms("empo2", ["empo2", "grpo", "gigpo", "empo2_no_memory", "empo2_small", "grpo_small"])
+  assert all("--config.sft.env_kwargs.oracle=search" in line for line in lines)
+  assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory/" in line)
 
 
 def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():
-  from configs.protocols import dpepo as protocol
-  out = sweep("--protocol=configs/protocols/dpepo.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  names = [name for name, _, _ in protocol.ARMS]
-  assert names == ["dpepo", "dpepo_no_weight", "dpepo_k1", "gigpo", "dpepo_small", "dpepo_no_weight_small"]
-  assert len(lines) == len(names) * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS >= 3
-  for name in names:
-    mine = [line for line in lines if f"/{name}/ws" in line]
-    assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
+  lines = _planned_arms("dpepo", ["dpepo", "dpepo_no_weight", "dpepo_k1", "gigpo", "dpepo_small",
+                                  "dpepo_no_weight_small"])
   assert all("--config=configs/dpepo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
   assert all("--config=configs/dpepo_keydoor.py:small " in line for line in lines if "/dpepo_small/" in line)
   assert all("--config.env.parallel.copies=1" in line for line in lines if "/dpepo_k1/" in line)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
