@@ -7,7 +7,10 @@ that really recover the state; no code for it is released. Here candidates are m
               back to an earlier state of the episode (the replay decides which, if any)
 
 and every candidate is kept only when a replay verifies it: reset the world to the episode's seed, replay the
-episode's actions up to s', take a, and compare the state key reached with s's. Nothing here imports jax.
+episode's responses up to s' (the exact texts the world was given, so a malformed one is refused again and the
+replay stays on the episode's path, whatever answer format the world reads), take a, and compare the state key
+reached with s's. A candidate action is the world's canonical action; `answer` writes it as a response in the
+world's format (EAPO's fields around it, envs/fields.py). Nothing here imports jax.
 """
 
 from __future__ import annotations
@@ -20,22 +23,25 @@ from explore_jax.actors.protocol import EpisodeResult
 
 @dataclasses.dataclass(frozen=True)
 class Rollback:
-  """One candidate: from the state reached by `prefix` (s', shown as `observation`), `action` should reach the
-  earlier state whose key is `target_key` (s)."""
+  """One candidate: from the state reached by the responses `prefix` (s', shown as `observation`), `action` (the
+  world's canonical action) should reach the earlier state whose key is `target_key` (s). `step` is the index of
+  the episode step that stood at s' (its prompt is the demonstration's)."""
   seed: Optional[int]
   prefix: tuple[str, ...]
   observation: str
   action: str
   target_key: int
+  step: int = 0
 
 
-def _trajectory(result: EpisodeResult) -> tuple[list[int], list[str]]:
-  """The episode's state keys (every step's, then the final one) and its canonical actions (None-free)."""
+def _trajectory(result: EpisodeResult) -> tuple[list[int], list[str], list[str]]:
+  """The episode's state keys (every step's, then the final one), its canonical actions (a malformed step's: its
+  response) and its responses."""
   keys = [int(s.state_key) for s in result.steps]
   if result.final_state_key is not None:
     keys.append(int(result.final_state_key))
   actions = [str(s.info.get("action") or s.response_text) for s in result.steps]
-  return keys, actions
+  return keys, actions, [str(s.response_text) for s in result.steps]
 
 
 def mine_rollbacks(results: Iterable[EpisodeResult], *, admissible: bool = True) -> list[Rollback]:
@@ -44,53 +50,56 @@ def mine_rollbacks(results: Iterable[EpisodeResult], *, admissible: bool = True)
   for r in results:
     if r.dropped or not r.steps:
       continue
-    keys, actions = _trajectory(r)
+    keys, actions, responses = _trajectory(r)
     for t, step in enumerate(r.steps):
       earlier = set(keys[:t])
       guesses = []
       if t + 1 < len(keys) and keys[t + 1] in earlier and keys[t + 1] != keys[t]:
         guesses.append((actions[t], keys[t + 1]))
       if admissible and earlier:
-        others = [a for a in step.info.get("admissible_actions") or () if a != actions[t]]
+        # A step's info is what its action led to: the admissible actions at its own state are the last step's.
+        others = [a for a in r.steps[t - 1].info.get("admissible_actions") or () if a != actions[t]]
         guesses += [(a, key) for a in others for key in sorted(earlier)]
       for action, key in guesses:
-        candidate = Rollback(r.spec.seed, tuple(actions[:t]), str(step.observation), action, key)
+        candidate = Rollback(r.spec.seed, tuple(responses[:t]), str(step.observation), action, key, t)
         if candidate not in seen:
           seen.add(candidate)
           out.append(candidate)
   return out
 
 
-def reached_key(make_env: Callable[[], Any], seed: Optional[int], prefix: tuple[str, ...], action: str
-                ) -> Optional[int]:
-  """The state key a fresh world reaches from `seed` by `prefix` then `action` (None if it ends before)."""
-  env = make_env()
-  try:
-    env.reset(seed=seed)
-    for a in prefix:
-      *_, terminated, truncated, _ = env.step(a)
-      if terminated or truncated:
-        return None
-    *_, info = env.step(action)
-    return int(info["state_key"])
-  finally:
-    env.close()
+def reached_key(env: Any, seed: Optional[int], prefix: tuple[str, ...], action: str) -> Optional[int]:
+  """The state key `env` reaches from a reset to `seed` by the responses `prefix` then `action` (None if the
+  episode ends before). The caller owns `env`; every replay starts with its own reset."""
+  env.reset(seed=seed)
+  for a in prefix:
+    *_, terminated, truncated, _ = env.step(a)
+    if terminated or truncated:
+      return None
+  *_, info = env.step(action)
+  return int(info["state_key"])
 
 
-def verify(make_env: Callable[[], Any], candidate: Rollback) -> bool:
-  """Whether replaying the candidate in a fresh world reaches its target state."""
-  return reached_key(make_env, candidate.seed, candidate.prefix, candidate.action) == candidate.target_key
+def _same(action: str) -> str:
+  return action
 
 
-def verified_rollbacks(make_env: Callable[[], Any], results: Iterable[EpisodeResult], *,
-                       admissible: bool = True) -> list[Rollback]:
-  """The mined candidates a replay verifies: one replay per (seed, prefix, action), which reaches one state, so
-  at most one of its candidates is kept."""
+def verify(env: Any, candidate: Rollback, answer: Callable[[str], str] = _same) -> bool:
+  """Whether replaying the candidate in `env` reaches its target state."""
+  return reached_key(env, candidate.seed, candidate.prefix, answer(candidate.action)) == candidate.target_key
+
+
+def verified_rollbacks(env: Any, results: Iterable[EpisodeResult], *, admissible: bool = True,
+                       answer: Callable[[str], str] = _same, max_replays: Optional[int] = None) -> list[Rollback]:
+  """The mined candidates a replay in `env` verifies: one replay per (seed, prefix, action), which reaches one
+  state, so at most one of its candidates is kept; at most `max_replays` replays, in mining order (None: all)."""
   groups: dict[tuple, list[Rollback]] = {}
   for candidate in mine_rollbacks(results, admissible=admissible):
     groups.setdefault((candidate.seed, candidate.prefix, candidate.action), []).append(candidate)
   kept = []
-  for (seed, prefix, action), candidates in groups.items():
-    reached = reached_key(make_env, seed, prefix, action)
+  for n, ((seed, prefix, action), candidates) in enumerate(groups.items()):
+    if max_replays is not None and n >= max_replays:
+      break
+    reached = reached_key(env, seed, prefix, answer(action))
     kept += [c for c in candidates if c.target_key == reached]
   return kept
