@@ -71,6 +71,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.parallel.parser = "strict"
   c.env.parallel.sft_oracle = "diverse"
   c.env.parallel.explore = 0.5
+  # How a response answers the world: "plain" (the world's own grammar) or "fields" (EAPO's
+  # <think><explore><memory><action>\boxed{a}</action> answer, the boxed action played; envs/fields.py).
+  c.env.answer = "plain"
 
   # Rollouts: B tasks x G trajectories per iteration, stepped by actor processes.
   c.rollout = ml_collections.ConfigDict()

@@ -11,6 +11,7 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
   explore_jax/MiniWoB-v0    MiniWoBEnv(task=..., split=...): MiniWoB++ web tasks in headless Chromium,
                             screenshot + utterance observations, ScreenExplorer's actions (miniwob.py)
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
+  explore_jax/Fields-v0     FieldAnswers(env=<id>, env_kwargs=...): answers in EAPO's fields, the boxed action played
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
 
 Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
@@ -46,6 +47,7 @@ _REGISTRY = {
     "explore_jax/TextWorld-v0": "explore_jax.envs.textworld:TextWorldEnv",
     "explore_jax/MiniWoB-v0": "explore_jax.envs.miniwob:MiniWoBEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
+    "explore_jax/Fields-v0": "explore_jax.envs.fields:FieldAnswers",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
 }
 

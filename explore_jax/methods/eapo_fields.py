@@ -67,6 +67,12 @@ def parse_fields(text: str) -> tuple[Optional[Fields], str]:
   return Fields(values["think"], values["explore"], values["memory"], " ".join(boxed[-1].split())), ""
 
 
+def answer_text(fields: Fields) -> str:
+  """The well-formed answer of `fields` (the oracle's and the rollback demonstrations' responses)."""
+  return (f"<think>{fields.think}</think><explore>{fields.explore}</explore><memory>{fields.memory}</memory>"
+          f"<action>\\boxed{{{fields.action}}}</action>")
+
+
 def target_text(explore: str, memory: str) -> str:
   """q_phi's plain target of a step's fields."""
   return f"<explore>{explore}</explore>\n<memory>{memory}</memory>"

@@ -18,6 +18,7 @@ import numpy as np
 
 from explore_jax.actors.pool import ActorPool
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
+from explore_jax.envs.fields import fields_env
 from explore_jax.envs.parallel import parallel_env
 from explore_jax.methods import Method
 from explore_jax.replay import RecordSpec, from_host
@@ -41,8 +42,11 @@ def task_groups(config: Any, iteration: int, *, evaluation: bool) -> tuple[list[
 def environment(config: Any, env_kwargs: dict[str, Any], *, demonstrations: bool = False
                 ) -> tuple[str, dict[str, Any]]:
   """(id, kwargs) of the environment episodes play: config.env.id with `env_kwargs`, in K parallel copies when
-  config.env.parallel.copies is K >= 1 (envs/parallel.py; DPEPO's setting, open to every method)."""
-  return parallel_env(config.env.id, env_kwargs, config.env.get("parallel"), demonstrations=demonstrations)
+  config.env.parallel.copies is K >= 1 (envs/parallel.py; DPEPO's setting), answered in EAPO's fields when
+  config.env.answer is "fields" (envs/fields.py); both open to every method."""
+  env_id, env_kwargs = parallel_env(config.env.id, env_kwargs, config.env.get("parallel"),
+                                    demonstrations=demonstrations)
+  return fields_env(env_id, env_kwargs, config.env.get("answer", "plain"))
 
 
 def episode_specs(config: Any, method: Optional[Method], iteration: int, *, evaluation: bool) -> list[EpisodeSpec]:
