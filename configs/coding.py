@@ -16,7 +16,7 @@ environment, the shared strategy prompt, the RL recipe and the two scales.
 import ml_collections
 
 from configs import base, small
-from explore_jax.methods import grpo
+from explore_jax.methods import grpo, rnd
 from explore_jax.methods.sge import STRATEGY_PROMPT
 
 VARIANTS = ("", "tiny", "small", "paper")
@@ -93,12 +93,7 @@ def get_config(method: str, variant: str = "") -> ml_collections.ConfigDict:
     empo2.add_config(c)
     c.rollout.final_max_new_tokens = 128
   if "rnd" in parts:
-    # The paper gives R_RND = err / std(err) but no weight against the task reward. err / std is not centred,
-    # so its mean is mean(err) / std(err), several times the success reward of 1 early on; at weight 1 the
-    # tiny policy learned to fail novelly (held-in pass@1 0.46 -> 0.05 in 16 iterations). At 0.1 the mean bonus
-    # of a failed step is 0.07-0.9 (docs/results.md), below a success.
-    c.rnd = ml_collections.ConfigDict({"coef": 0.1, "hidden_dim": 256, "output_dim": 64,
-                                       "learning_rate": 1e-3, "update_steps": 4})
+    rnd.add_config(c)  # coef 0.1: methods/rnd.py says why
 
   if variant == "paper":
     c.model.checkpoint = ml_collections.config_dict.placeholder(str)  # a local Qwen3-4B-Instruct directory

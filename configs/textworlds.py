@@ -27,10 +27,10 @@ gamma 0.95, omega 1; GRPO: A^E alone), token-mean loss, clip 0.2, `rl.format_pen
 import ml_collections
 
 from configs import base, small
-from explore_jax.methods import dpepo, empo2, grpo
+from explore_jax.methods import dpepo, eapo, empo2, grpo
 
 VARIANTS = ("", "tiny", "small", "paper")
-METHODS = ("grpo", "gigpo", "empo2", "dpepo")
+METHODS = ("grpo", "gigpo", "empo2", "dpepo", "eapo")
 
 SYSTEM_PROMPT = ("You are an agent in a text world. Read the task and what you see, then reply with exactly one "
                  "action on one line.")
@@ -108,6 +108,8 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
     c.rollout.final_max_new_tokens = 128         # a tip (the tiny warm start's oracle tips are ~40-90 tokens)
   elif method == "dpepo":
     dpepo.configure(c)
+  elif method == "eapo":
+    eapo.configure(c)
   else:
     grpo.configure(c, method)
   c.rl.loss.aggregation = "token-mean"
@@ -200,6 +202,8 @@ def get_config(method: str, world: str, variant: str = "") -> ml_collections.Con
       c.rl.format_penalty = 0.0
   if method == "dpepo":
     parallel_scale(c, world, variant)
+  if method == "eapo":
+    fields_scale(c, world, variant)
   return small.apply(c) if variant == "small" else c
 
 
@@ -237,3 +241,29 @@ def parallel_scale(c: ml_collections.ConfigDict, world: str, variant: str) -> No
   c.model.lora.alpha = 32.0
   if world == "alfworld":
     c.dpepo.width_ignore = "look"                # the released ALFWorld code leaves "look" out of c_wid
+
+
+# EAPO's answer is four blocks (envs/fields.py's oracle: up to 3 actions to explore, 3 short lines of memory) and
+# its prompt adds the last answer's explore and memory and the format: per world at the tiny scale, (prompt tokens,
+# response tokens, q_phi row tokens: a state then the explored target).
+FIELDS_TINY = {"twx": (640, 160, 512), "scienceworld": (768, 192, 640), "textworld": (640, 160, 512),
+               "alfworld": (768, 192, 640)}
+
+
+def fields_scale(c: ml_collections.ConfigDict, world: str, variant: str) -> None:
+  """EAPO's settings on a text world: table 3's at :paper (group 16, lr 1e-4 for the policy and q_phi, KL 0.01,
+  gamma 0.9), the fields' longer prompts and answers at the tiny scale."""
+  if world in ("scienceworld", "alfworld"):
+    c.env.kwargs.admissible = True   # the oracle's explore field and the rollback guesses read them (info only)
+  if variant != "paper":
+    c.rollout.max_prompt_tokens, c.rollout.max_new_tokens, c.eapo.q_phi.max_tokens = FIELDS_TINY[world]
+    return
+  c.rollout.group_size = 16
+  c.rollout.num_tasks = 8
+  c.rollout.max_prompt_tokens = 4096
+  c.rollout.max_new_tokens = 1024
+  c.eapo.q_phi.max_tokens = 4096
+  c.optimizer.learning_rate = 1e-4
+  c.rl.loss.kl_coef = 0.01
+  c.rl.loss.kl_type = "k3"
+  c.rl.format_penalty = 0.0          # R_format is eq. 10's own term

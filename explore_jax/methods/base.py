@@ -289,7 +289,8 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
 
 # Modules whose import registers methods; loaded on first use of the registry.
 METHOD_MODULES = ("explore_jax.methods.grpo", "explore_jax.methods.sge", "explore_jax.methods.rlad",
-                  "explore_jax.methods.rnd", "explore_jax.methods.empo2", "explore_jax.methods.dpepo")
+                  "explore_jax.methods.rnd", "explore_jax.methods.empo2", "explore_jax.methods.dpepo",
+                  "explore_jax.methods.eapo")
 
 
 def _load_all() -> None:

@@ -13,8 +13,8 @@ runtime turns it into an `AuxModel`:
   * its `TrainState` is saved in the run's orbax checkpoint with its shardings and restored onto them.
 
 When it trains is the method's choice (`phase`): "before_rewards" trains on the iteration's fresh records
-before any reward is computed (ScreenExplorer's world model), "after_update" after the policy update
-(RND's predictor, EAPO's q_phi).
+before any reward is computed (ScreenExplorer's world model; EAPO's q_phi, as its released reward manager trains
+before it scores), "after_update" after the policy update (RND's predictor).
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ class AuxModelSpec:
     frozen: top-level keys of the params dict that never change.
     phase: "before_rewards" or "after_update".
     learning_rate, max_grad_norm, weight_decay: its optimizer.
+    from_policy: None, or the policy's parameters RL starts from (after the warm start; full weights, LoRA
+      merged) -> this model's starting params, which the runtime restarts it from, with a fresh optimizer, once
+      the warm start is done (q_phi and its prior: copies of the policy it explores with). `init` still gives the
+      shapes and the parameters before then; a resumed run restores its checkpoint instead.
   """
   init: Callable[[jax.Array], Any]
   loss: Callable[[Any, Batch], tuple[jax.Array, dict[str, jax.Array]]]
@@ -59,6 +63,7 @@ class AuxModelSpec:
   learning_rate: float = 1e-3
   max_grad_norm: Optional[float] = None
   weight_decay: float = 0.0
+  from_policy: Optional[Callable[[Any], Any]] = None
 
   def __post_init__(self):
     if self.phase not in PHASES:
@@ -100,6 +105,13 @@ class AuxModel:
   @property
   def params(self) -> Any:
     return self.state.params
+
+  def start_from_policy(self, policy_params: Any) -> None:
+    """Restarts this model from `spec.from_policy(policy_params)` with a fresh optimizer state. Every leaf is a
+    copy in this model's shardings: the policy's own buffers are donated by its updates."""
+    params = self.spec.from_policy(policy_params)
+    params = jax.tree.map(lambda x, sh: jax.device_put(jnp.array(x, copy=True), sh), params, self.shardings.params)
+    self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
 
   def train(self, records: Any) -> dict[str, float]:
     """One optimizer step per batch the spec makes of `records`; returns the last step's metrics."""

@@ -99,9 +99,15 @@ class Learner:
 
   # ---- state -----------------------------------------------------------------------------------------
   def init(self, params: Any) -> None:
-    """The policy starts from `params` (the warm start); the KL term, when on, is measured against them."""
+    """The policy starts from `params` (the warm start); the KL term, when on, is measured against them, and aux
+    models declaring `from_policy` restart from them."""
     self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
     self.reference_params = params if self.reference_logprobs is not None else None
+    starting = [model for model in self.aux.values() if model.spec.from_policy is not None]
+    if starting:  # aux models that start as copies of the policy RL starts from
+      full = params if self.lora is None else lora_lib.merge(self.base_params, params, self.lora)
+      for model in starting:
+        model.start_from_policy(full)
 
   def model_params(self, params: Any) -> Any:
     """What `Model.apply` takes for the trainable `params`: themselves, or the base with the adapters."""

@@ -1,0 +1,64 @@
+"""EAPO (explore_jax/methods/eapo.py) on the built-in KeyDoor world with the tiny model: the key's room is not told
+(hints off), so an agent must search the corridor and walk back, the revisits EAPO's (state, visitation depth)
+groups and rollback SFT are about. A warm start on the oracle answering in EAPO's fields (envs/fields.py), then EAPO
+with q_phi a copy of the tiny policy.
+
+  python launch/train.py --config=configs/eapo_keydoor.py --workdir=runs/eapo_keydoor
+
+Variants: `:gigpo` GiGPO on the same world with the plain prompt and answers; `small` (alone or after a comma)
+SmolLM2-135M-Instruct. Ablations are overrides: no R_explore --config.eapo.alpha2=0, plain GRPO grouping
+--config.rl.advantage=grpo --config.rl.advantage_options="{'eps': 1e-6, 'normalize_std': True}", no rollback SFT
+--config.eapo.rollback.every=0.
+"""
+
+import ml_collections
+
+from configs import base, small
+from explore_jax.methods import eapo, grpo
+
+
+def get_config(variant: str = "") -> ml_collections.ConfigDict:
+  parts = [p for p in (variant or "").split(",") if p]
+  scale = parts.pop() if parts and parts[-1] in ("tiny", "small") else "tiny"
+  if parts not in ([], ["eapo"], ["gigpo"]):
+    raise ValueError(f"unknown variant {variant!r}: 'eapo' (default), 'gigpo', a scale (tiny, small), or both")
+  c = base.get_config()
+  fields = parts != ["gigpo"]
+  if fields:
+    eapo.configure(c)
+  else:
+    grpo.configure(c, "gigpo")
+    c.rl.loss.aggregation = "token-mean"
+  c.env.id = "explore_jax/KeyDoor-v0"
+  c.env.kwargs = ml_collections.ConfigDict({"num_rooms": 5, "num_distractors": 1, "hints": False, "max_steps": 12})
+  c.env.max_steps = 12                 # two more than the oracle's worst case
+  c.system_prompt = ""
+  c.action_history = 4
+  c.rollout.num_tasks = 8
+  c.rollout.group_size = 4
+  c.rollout.task_pool = 64
+  # The fields answer: ~20 tokens of tags, two or three actions to explore and three short lines of memory.
+  c.rollout.max_prompt_tokens = 384 if fields else 160
+  c.rollout.max_new_tokens = 160 if fields else 8
+  if fields:
+    c.eapo.q_phi.max_tokens = 224      # the state (a room's two lines) then the longer, explored target
+  c.rl.minibatch_size = 64
+  c.rl.epochs = 2
+  c.rl.micro_batch_size = 8
+  c.optimizer.learning_rate = 5e-5
+  c.optimizer.warmup_steps = 10
+  c.eval.temperature = 0.4
+  c.eval.every = 5
+  c.eval.num_episodes = 64
+  c.eval.seed_offset = 100_000         # held-out episodes: seeds the pool (0-63) and the warm start never play
+  c.eval.passk_samples = 4
+  c.eval.passk_held_out_tasks = 64
+  c.sft.enabled = True
+  c.sft.oracle_seed_offset = 10_000
+  c.sft.oracle_episodes = 64
+  c.sft.steps = 60
+  c.sft.batch_size = 32
+  c.sft.learning_rate = 1e-3
+  c.train.num_iterations = 30
+  c.checkpoint.every = 5
+  return small.apply(c) if scale == "small" else c
