@@ -6,7 +6,7 @@
 boxed action with the world's own grammar; a response that fails either is an invalid action (no change, one step,
 format reward 0, the observation says what was wrong), as any TextEnv's malformed response is. A parsed answer
 steps the world on the action's canonical text, and the observation, the task reward, the episode's end and the
-state key are the world's own. `info["action"]` is the world's canonical action, so what reads actions
+state key are the world's own; a GUI world's refused answer keeps its screenshot, with the refusal as the text. `info["action"]` is the world's canonical action, so what reads actions
 (rollback mining, GiGPO's anchors) sees the world's actions, not the answers around them.
 
 The oracle answers in the fields too (`oracle_action`), which is how a policy learns to write them in its warm
@@ -90,7 +90,16 @@ class FieldAnswers(TextEnv):
 
   def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
     self._seed = seed
-    return super().reset(seed=seed, options=options)
+    _, info = super().reset(seed=seed, options=options)
+    return self._shown, info  # the world's own first observation (a GUI world's Dict)
+
+  def step(self, response: Any):
+    observation, reward, terminated, truncated, info = super().step(response)
+    if isinstance(observation, str) and isinstance(self._shown, dict):
+      # A refused answer changed nothing: a GUI world's screenshot stays, with the refusal as its text.
+      observation = {**self._shown, "text": observation}
+      self._last_observation = observation
+    return observation, reward, terminated, truncated, info
 
   def _reset_task(self, options: dict[str, Any]) -> Any:
     self._shown, _ = self.env.reset(seed=self._seed, options=options or None)

@@ -477,3 +477,19 @@ def test_no_browser_or_its_files_outlive_its_environment_or_its_process(short_tm
     child.wait()
   assert wait_until(lambda: all(gone(p) for p in pids))
   assert wait_until(lambda: not os.listdir(killed), timeout_s=60), os.listdir(killed)
+
+
+def test_answers_in_eapo_fields_play_their_boxed_action_in_the_browser(env):
+  from explore_jax.envs.fields import FieldAnswers
+
+  fields = FieldAnswers(lambda: env)  # not closed here: the module's browser is the world's
+  observation, _ = fields.reset(seed=2)  # click-button
+  observation, _, _, _, info = fields.step("Click(1, 1)")  # the world's grammar alone is not an answer
+  assert info["format_reward"] == 0.0 and observation["text"].startswith("Invalid action: Expected <think>")
+  assert observation["screenshot"].shape == env.screenshot.shape
+  done = False
+  while not done:
+    observation, reward, terminated, truncated, info = fields.step(fields.oracle_action())
+    assert info["format_reward"] == 1.0 and isinstance(observation, dict)
+    done = terminated or truncated
+  assert info["success"] and reward > 0

@@ -225,7 +225,7 @@ def test_q_phi_and_its_optimizer_resume_exactly(tmp_path):
 
 # ---- grouping measures, rollback demonstrations, composition ---------------------------------------------
 
-def test_the_exploration_measures_and_the_state_depth_groups_of_a_recorded_episode():
+def test_the_revisit_measures_and_the_state_depth_groups_of_recorded_episodes():
   c = config()
   m = make_method(c)
   # From room 3 (seed 5): left to room 2, back to room 3 (a revisit at depth 1), left again to room 2 (depth 1).
@@ -233,10 +233,13 @@ def test_the_exploration_measures_and_the_state_depth_groups_of_a_recorded_episo
                                               answer("go left"), answer("go right")])
   depths = rollout.visitation_depths([s.state_key for s in result.steps])
   assert depths == [0, 0, 1, 1, 2, 0]  # the malformed step stays in room 2: its third visit
-  measures = eapo.exploration_measures([result])
+  measures = rollout.revisit_measures([result])
   assert measures["revisit_share"] == pytest.approx(3 / 6)
-  assert measures["state_depth_groups"] == 6 and measures["step_group_size"] == 1.0
-  assert measures["format_ok"] == pytest.approx(5 / 6) and measures["steps_to_success"] == 0.0
+  # Groups (state, depth): (r3, 0), (r2, 0), (r3, 1), (r2, 1), (r2, 2), (r1, 0): six steps, each alone.
+  assert measures["step_group_size"] == 1.0
+  again, _ = play(m.prompt_hook(), spec(c, 1), [answer("go left"), answer("go right")] + [answer("go left")] * 4)
+  # The second episode's first two steps join (r3, 0) and (r2, 0); its (r3, 1) too; then (r2, 1), (r1, 0), ...
+  assert rollout.revisit_measures([result, again])["step_group_size"] == pytest.approx(12 / 7)
 
 
 def test_rollback_demonstrations_answer_the_verified_way_back_from_the_prompt_the_policy_saw():
@@ -279,7 +282,8 @@ def test_eapo_names_what_it_needs():
 
 
 @pytest.mark.parametrize("name,variant", [("eapo_keydoor", ""), ("eapo_keydoor", "small"), ("eapo_keydoor", "gigpo"),
-                                          ("eapo_alfworld", ""), ("eapo_alfworld", "small"), ("eapo_alfworld", "paper")])
+                                          ("eapo_alfworld", ""), ("eapo_alfworld", "small"), ("eapo_alfworld", "paper"),
+                                          ("eapo_miniwob", ""), ("eapo_miniwob", "paper")])
 def test_every_eapo_config_builds_its_method_in_the_fields_world(name, variant):
   import importlib
 
