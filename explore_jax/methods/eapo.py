@@ -32,8 +32,9 @@ explored target. That is what is done here: step t's record gets R_explore from 
 and the state s_{t+1} its action reached. The released state text is the repr of the whole chat prompt; here it is
 the observation s_t, the state eq. 9 conditions on, which keeps q_phi's rows short.
 
-Ablations are overrides: no R_explore (eapo.alpha2=0), plain GRPO grouping (rl.advantage=grpo), no rollback SFT
-(eapo.rollback.every=0).
+Ablations are overrides: no R_explore (eapo.alpha2=0), plain group-relative normalisation of the same step returns
+over the task group (rl.advantage_options.groups=task), no rollback SFT (eapo.rollback.every=0). Every method logs
+the share of steps that revisit a state and the size of the (state, depth) groups (train/rollout.revisit_measures).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def add_config(c: Any) -> Any:
 
   c.env.answer = "fields"
   c.rl.advantage = "eapo"
-  c.rl.advantage_options = {"gamma": 0.9, "eps": 1e-6, "normalize_std": True}
+  # groups: "state_depth" (eqs. 12-14) or "task", the ablation normalising the same step returns over the task group.
+  c.rl.advantage_options = {"gamma": 0.9, "eps": 1e-6, "normalize_std": True, "groups": "state_depth"}
   e = c.eapo = ml_collections.ConfigDict()
   e.alpha1 = 0.5                 # R_format's weight (eq. 10)
   e.alpha2 = 1.0                 # R_explore's weight; 0 is the no-R_explore ablation
@@ -171,11 +173,6 @@ class EAPO(Method):
 
   def wrap_prompt_hook(self, hook: Any) -> FieldsPrompt:
     return FieldsPrompt(inner=hook)
-
-  def observe(self, results: list[EpisodeResult], *, training: bool) -> dict[str, float]:
-    if not training:
-      return {}
-    return {f"eapo/{k}": v for k, v in exploration_measures(results).items()}
 
   # ---- records and q_phi ---------------------------------------------------------------------------
   def record_fields(self, ctx) -> dict[str, Any]:
@@ -315,35 +312,3 @@ def _jitted_scores(model: Any):
   from explore_jax.rl.q_phi import target_scores
 
   return jax.jit(functools.partial(target_scores, model))
-
-
-def exploration_measures(results: list[EpisodeResult]) -> dict[str, float]:
-  """What shows exploration collapsing or not (the paper's figure): over finished episodes,
-
-    revisit_share        the share of steps whose state the episode had visited before (visitation depth > 0)
-    state_depth_groups   distinct (state, visitation depth) groups per task group (mean over task groups)
-    step_group_size      steps per such group: the size of the step-level groups the `eapo` estimator
-                         normalises in
-    format_ok            the share of steps whose answer parsed
-    steps_to_success     steps of the episodes that succeeded (mean; 0 when none did)
-  """
-  from explore_jax.train.rollout import visitation_depths
-
-  revisits, steps, groups, formatted, wins = 0, 0, {}, 0, []
-  for r in results:
-    if r.dropped or not r.steps:
-      continue
-    depths = visitation_depths([s.state_key for s in r.steps])
-    keys = groups.setdefault(r.spec.group_id, set())
-    for s, d in zip(r.steps, depths):
-      revisits += int(d > 0)
-      steps += 1
-      formatted += int(s.format_reward > 0)
-      keys.add((s.state_key, d))
-    if r.success:
-      wins.append(len(r.steps))
-  mean = lambda v: float(sum(v) / len(v)) if v else 0.0  # noqa: E731
-  sizes = [len(g) for g in groups.values()]
-  return {"revisit_share": revisits / max(steps, 1), "state_depth_groups": mean(sizes),
-          "step_group_size": steps / max(sum(sizes), 1),
-          "format_ok": formatted / max(steps, 1), "steps_to_success": mean(wins)}

@@ -449,6 +449,7 @@ def eapo_advantages(
     gamma: float = 0.9,
     eps: float = 1e-6,
     normalize_std: bool = True,
+    groups: str = "state_depth",
 ) -> Array:
   """EAPO exploration-aware grouping: normalise step returns within (state, visitation depth).
 
@@ -466,15 +467,24 @@ def eapo_advantages(
     gamma: discount of the reward-to-go.
     eps: added to the std.
     normalize_std: divide by the group std.
+    groups: "state_depth" (eqs. 12-14) or "task": the whole task group, plain group-relative normalisation
+      of the same step returns (the paper's ablation of its grouping).
 
   Returns:
     float [N] advantages, 0 on invalid records.
   """
+  if groups not in ("state_depth", "task"):
+    raise ValueError(f"eapo groups must be 'state_depth' or 'task', got {groups!r}")
   _check(records, "group_ids", "traj_ids", "step_ids", "state_ids")
   valid = records.valid_mask()
+  step_returns = _discounted_returns(records, records.rewards, gamma)
+  if groups == "task":
+    segments, num_segments = _task_groups(records)
+    adv = normalize_in_groups(step_returns, segments, valid, num_segments, eps=eps,
+                              normalize_std=normalize_std, singleton="zero")
+    return jnp.where(valid, adv, 0.0)
   depth = returns_lib.visitation_depth(records.traj_ids, records.state_ids, records.step_ids,
                                        valid)
-  step_returns = _discounted_returns(records, records.rewards, gamma)
   groups, num_segments = _anchor_groups(records, depth)
   adv = normalize_in_groups(step_returns, groups, valid, num_segments, eps=eps,
                             normalize_std=normalize_std, singleton="zero")

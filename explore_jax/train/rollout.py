@@ -93,7 +93,28 @@ def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embe
       # Prompt tokens prefilled per second of sampling: with short actions and long observations (the text
       # worlds), prefill, not decoding, is where sampling time goes.
       "sample_prompt_tokens_per_s": prompt_tokens / max(sample_time, 1e-9),
+      **revisit_measures(finished),
   }
+
+
+def revisit_measures(results: list[EpisodeResult]) -> dict[str, float]:
+  """How much an iteration's episodes come back to where they were (EAPO's grouping is about these; every method
+  logs them):
+
+    revisit_share     the share of steps whose state the episode had visited before (visitation depth > 0)
+    step_group_size   steps per (state, visitation depth) group of a task group: the size of the step-level groups
+                      EAPO's estimator normalises in (1: every step alone, no group-relative signal)
+  """
+  revisits = steps = groups = 0
+  by_task: dict[int, set] = {}
+  for r in results:
+    depths = visitation_depths([s.state_key for s in r.steps])
+    keys = by_task.setdefault(r.spec.group_id, set())
+    keys.update((s.state_key, d) for s, d in zip(r.steps, depths))
+    revisits += sum(d > 0 for d in depths)
+    steps += len(depths)
+  groups = sum(len(k) for k in by_task.values())
+  return {"revisit_share": revisits / max(steps, 1), "step_group_size": steps / max(groups, 1)}
 
 
 # A vision-language policy's records keep their prompts' images (what the learner needs to recompute

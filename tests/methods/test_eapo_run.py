@@ -31,8 +31,8 @@ def test_eapo_trains_an_iteration_with_q_phi(tmp_path):
   # Two SFT steps teach no format, so most answers are malformed (no q_phi targets): what matters here is that the
   # parts meet; q_phi's arithmetic is checked against an independent scoring in test_eapo.py.
   assert row["truncated_prompts"] == 0.0 and row["episode_length"] <= 6
-  assert {"reward/eapo_format", "reward/eapo_explore", "eapo/revisit_share", "eapo/step_group_size"} <= set(row)
-  assert 0.0 <= row["eapo/revisit_share"] <= 1.0
+  assert {"reward/eapo_format", "reward/eapo_explore", "revisit_share", "step_group_size"} <= set(row)
+  assert 0.0 <= row["revisit_share"] <= 1.0
   step = tmp_path / "run" / "checkpoints" / "1"
   assert (step / "commit_success.txt").exists()
   tree = json.load(open(step / "state" / "_METADATA"))["tree_metadata"]

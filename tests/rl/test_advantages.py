@@ -274,6 +274,10 @@ def test_eapo_groups_by_state_and_visitation_depth(jit):
   a0 = 0.125 / (np.sqrt(2 * 0.125**2) + EPS)
   a1 = 0.5 / (SQRT_HALF + EPS)
   np.testing.assert_allclose(out, [a0, 0.0, a1, -a0, -a1, 0.0], rtol=1e-5)
+  # The ablation's plain grouping: the same returns normalised over the whole task group.
+  returns = np.array([0.25, 0.5, 1.0, 0.0, 0.0, 0.0])
+  plain = _run("eapo", records, jit=jit, gamma=0.5, groups="task")
+  np.testing.assert_allclose(plain, (returns - returns.mean()) / (returns.std(ddof=1) + EPS), rtol=1e-5)  # verl's std
 
 
 # ----------------------------------------------------------------------------- properties
