@@ -793,3 +793,11 @@ def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():
   assert all("--config=configs/dpepo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
   assert all("--config=configs/dpepo_keydoor.py:small " in line for line in lines if "/dpepo_small/" in line)
   assert all("--config.env.parallel.copies=1" in line for line in lines if "/dpepo_k1/" in line)
+
+
+def test_the_eapo_protocol_plans_its_arms_over_the_same_warm_starts():
+  lines = _planned_arms("eapo", ["eapo", "eapo_no_explore", "eapo_task_groups", "eapo_no_rollback", "gigpo",
+                                 "eapo_small", "gigpo_small", "eapo_alfworld", "gigpo_alfworld"])
+  assert all("--config=configs/eapo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
+  assert all("--config.rl.advantage_options.groups=task" in line for line in lines if "/eapo_task_groups/" in line)
+  assert all("--config=configs/eapo_alfworld.py " in line for line in lines if "/eapo_alfworld/" in line)
