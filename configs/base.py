@@ -155,6 +155,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict()
   c.train.compilation_cache = True   # XLA's persistent compilation cache (train/xla_cache.py)
   c.train.num_iterations = 50
+  c.train.log_samples = 2        # training episodes per iteration written as text to samples.jsonl (train/samples.py)
   c.train.peak_tflops = 0.0      # per-device peak for MFU; 0: the device kind's (train/throughput.py), none on CPU
 
   c.eval = ml_collections.ConfigDict()

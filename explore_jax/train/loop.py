@@ -41,6 +41,7 @@ from explore_jax.train import pipeline
 from explore_jax.train import preemption
 from explore_jax.train import provenance
 from explore_jax.train import rollout
+from explore_jax.train import samples as samples_lib
 from explore_jax.train import throughput
 from explore_jax.train.builder import Parts, build
 
@@ -60,6 +61,8 @@ def run(parts: Parts) -> list[dict[str, Any]]:
   provenance.record(parts.workdir, start, learner.state.params if start == 0 else None,
                     warm_start=parts.warm_start_key() if c.sft.enabled else None, write=primary)
   writer = metrics_lib.MetricsWriter(parts.workdir, resume_from=start if start > 0 else None, write=primary)
+  samples = samples_lib.SampleWriter(parts.workdir, c.train.get("log_samples", 0),
+                                           resume_from=start if start > 0 else None, write=primary)
   passk = c.eval.get("passk_samples", 0) > 0
   from tqdm import tqdm
 
@@ -77,7 +80,7 @@ def run(parts: Parts) -> list[dict[str, Any]]:
         writer.write(0, evaluator.periodic(pool, learner.state.params, 0))
       for it in bar:
         t0 = time.time()
-        m = iterate(parts, rollouts, it, replay)
+        m = iterate(parts, rollouts, it, replay, samples)
         n = it + 1
         if c.eval.every > 0 and (n % c.eval.every == 0 or n == c.train.num_iterations):
           rollouts.wait()  # the evaluation takes the actor pool
@@ -123,14 +126,16 @@ def _leave_if_asked(stop: preemption.StopRequest, saved: int) -> None:
     raise preemption.Stopped(saved)
 
 
-def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: Optional[Replay] = None
-            ) -> dict[str, float]:
+def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: Optional[Replay] = None,
+            samples: Optional[samples_lib.SampleWriter] = None) -> dict[str, float]:
   """One pass of the algorithm box (module docstring); returns the iteration's metrics. With overlap
   (train/pipeline.py), the next rollouts start once this one's episodes are observed, and the records pass
   through `replay`'s staleness bound."""
   c, method, learner = parts.config, parts.method, parts.learner
   collected = rollouts.take(it, learner.state.params)
   results, m = collected.results, collected.metrics
+  if samples is not None:
+    samples.write(it + 1, results)
   m.update(method.observe(results, training=True))
   rollouts.launch_ahead(it, learner.state.params)
   records = rollout.to_records(parts.spec, method, results, max_steps=int(c.env.max_steps),
@@ -140,8 +145,10 @@ def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: O
     m.update(admitted)
   t0 = time.time()
   m.update(learner.train_aux("before_rewards", records))
+  t_rewards = time.time()
   records, rewards, reward_metrics = learner.rewards(records)
   m.update(reward_metrics)
+  m["time_rewards_s"] = time.time() - t_rewards  # the intrinsic terms' (an aux model's scoring: EAPO's q_phi)
   advantages, valid = learner.advantages(records, rewards)
   m.update(learner.update(learner.update_batch(records, advantages, valid, it), it))
   m.update(learner.train_aux("after_update", records))
