@@ -42,6 +42,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.rollout.max_new_tokens = 160 if fields else 8
   if fields:
     c.eapo.q_phi.max_tokens = 224      # the state (a room's two lines) then the longer, explored target
+    c.eapo.q_phi.batch_size = 64       # 2 targets x 384 records: 12 q_phi steps an iteration, as many as the policy takes
   c.rl.minibatch_size = 64
   c.rl.epochs = 2
   c.rl.micro_batch_size = 8

@@ -15,6 +15,10 @@ rollback SFT (METHODS.md "EAPO"; the paper's eqs. 8-14; the authors' released re
                Trained in the "before_rewards" phase, as the released manager trains on each sample's targets
                before it scores them: `eapo.q_phi.epochs` passes of eq. 8 (rl/q_phi.py) over the iteration's
                targets in batches of `eapo.q_phi.batch_size`, weighted by the step's task reward.
+               With LoRA on, q_phi is still a full copy (the policy's base with its adapters merged), not
+               adapters on the shared base: q and the prior are two more policy-sized parameter sets, and q's AdamW
+               moments two more, i.e. 4x the policy's parameters beside it, for the simplest exact q_phi (its own
+               optimizer, checkpoint and shardings, nothing shared with the policy's update).
   Rewards      R = R_task + alpha1 R_format + alpha2 R_explore (eq. 10): the intrinsic terms "eapo_format"
                (alpha1 R_format) and "eapo_explore" (alpha2 R_explore, eq. 9: max{q(plain | s_t), gamma^2
                q(explored | s_t)}, each q = exp of the clamped log q, eapo.clamp "sequence" or "token_mean"). Each

@@ -20,6 +20,7 @@ before it scores), "after_update" after the policy update (RND's predictor).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, Iterable, Optional
 
 import jax
@@ -114,11 +115,15 @@ class AuxModel:
     self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
 
   def train(self, records: Any) -> dict[str, float]:
-    """One optimizer step per batch the spec makes of `records`; returns the last step's metrics."""
+    """One optimizer step per batch the spec makes of `records`; returns the last step's metrics, the number of
+    steps and their wall time (`<name>/steps`, `<name>/seconds`)."""
     metrics: dict[str, Any] = {}
+    t0, steps = time.time(), 0
     for batch in self.spec.batches(records):
       self.state, metrics = self._step(self.state, {k: jnp.asarray(v) for k, v in batch.items()})
-    return {f"{self.name}/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+      steps += 1
+    out = {f"{self.name}/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+    return {**out, f"{self.name}/steps": float(steps), f"{self.name}/seconds": time.time() - t0}
 
   def abstract_state(self) -> Any:
     """The restore target: this model's TrainState shapes with their shardings."""
