@@ -257,6 +257,7 @@ def fields_scale(c: ml_collections.ConfigDict, world: str, variant: str) -> None
     c.env.kwargs.admissible = True   # the oracle's explore field and the rollback guesses read them (info only)
   if variant != "paper":
     c.rollout.max_prompt_tokens, c.rollout.max_new_tokens, c.eapo.q_phi.max_tokens = FIELDS_TINY[world]
+    c.eapo.clamp = "token_mean"      # a tiny model's summed log q of a long target is far below the -60 clamp
     return
   c.rollout.group_size = 16
   c.rollout.num_tasks = 8
