@@ -13,7 +13,7 @@ SmolLM2-135M-Instruct. Ablations are overrides: no R_explore --config.eapo.alpha
 
 import ml_collections
 
-from configs import base, small
+from configs import base, keydoor_search, small
 from explore_jax.methods import eapo, grpo
 
 
@@ -29,14 +29,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   else:
     grpo.configure(c, "gigpo")
     c.rl.loss.aggregation = "token-mean"
-  c.env.id = "explore_jax/KeyDoor-v0"
-  c.env.kwargs = ml_collections.ConfigDict({"num_rooms": 5, "num_distractors": 1, "hints": False, "max_steps": 12})
-  c.env.max_steps = 12                 # two more than the oracle's worst case
-  c.system_prompt = ""
-  c.action_history = 4
-  c.rollout.num_tasks = 8
-  c.rollout.group_size = 4
-  c.rollout.task_pool = 64
+  keydoor_search.world(c)
   # The fields answer: ~20 tokens of tags, two or three actions to explore and three short lines of memory.
   c.rollout.max_prompt_tokens = 384 if fields else 160
   c.rollout.max_new_tokens = 160 if fields else 8
@@ -47,23 +40,5 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     # (measured, benchmarks/README.md "EAPO's iteration"), past the -60 clamp, so the "sequence" form's
     # R_explore is exp(-60) = 0 on every step.
     c.eapo.clamp = "token_mean"
-  c.rl.minibatch_size = 64
-  c.rl.epochs = 2
-  c.rl.micro_batch_size = 8
-  c.optimizer.learning_rate = 5e-5
-  c.optimizer.warmup_steps = 10
-  c.eval.temperature = 0.4
-  c.eval.every = 5
-  c.eval.num_episodes = 64
-  c.eval.seed_offset = 100_000         # held-out episodes: seeds the pool (0-63) and the warm start never play
-  c.eval.passk_samples = 4
-  c.eval.passk_held_out_tasks = 64
-  c.sft.enabled = True
-  c.sft.oracle_seed_offset = 10_000
-  c.sft.oracle_episodes = 64
-  c.sft.steps = 60
-  c.sft.batch_size = 32
-  c.sft.learning_rate = 1e-3
-  c.train.num_iterations = 30
-  c.checkpoint.every = 5
+  keydoor_search.recipe(c)
   return small.apply(c) if scale == "small" else c

@@ -1,24 +1,19 @@
 """DPEPO (methods/dpepo.py): the parallel prompt's layout, W_t from an episode an actor recorded to the advantages
 (by hand), the weight's ablation forms, its composition with SGE, and the configs."""
 
-import pathlib
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import dpepo_keydoor
-from explore_jax.actors.actor import Actor, ActorConfig, PromptTokenizer
-from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Response
+from explore_jax.actors.protocol import EpisodeSpec
 from explore_jax.envs import ParallelCopies
 from explore_jax.methods import make_method
 from explore_jax.methods.base import STEP_WEIGHT_FIELD, ObservationPrompt
 from explore_jax.methods.dpepo import RESPONSE_FORMAT, ParallelPrompt
 from explore_jax.rl.advantages import StepRecords, get_advantage_estimator
 from explore_jax.train import rollout
-
-TINY = str(pathlib.Path(__file__).parents[2] / "explore_jax/hf/assets/tiny")
-IM_END = 3
+from tests.methods.scripted import play
 
 
 def parallel(*actions):
@@ -76,23 +71,6 @@ def test_outside_parallel_copies_the_prompt_says_what_to_set():
 
 # ---- W_t from what an actor recorded, to the advantages --------------------------------------------------------
 
-def _play(hook, spec, responses):
-  """One episode played by a real actor in-process, answered with the scripted `responses`."""
-  tokenizer = PromptTokenizer.from_dir(TINY, max_prompt_tokens=10_000)
-  sent = []
-  actor = Actor(ActorConfig(actor_id=0, tokenizer_dir=TINY, prompt_hook=hook, envs_per_actor=1,
-                            max_prompt_tokens=10_000), tokenizer, sent.append)
-  actor.handle(spec)
-  while True:
-    message = sent.pop(0)
-    if isinstance(message, EpisodeResult):
-      return message
-    ids = tokenizer.tokenizer(responses[message.step], add_special_tokens=False)["input_ids"] + [IM_END]
-    n = len(ids)
-    actor.handle(Response(message.episode_id, message.step, np.asarray(ids, np.int32), np.zeros(n, np.float32),
-                          np.ones(n, np.float32), np.zeros(n, np.int32), 0))
-
-
 def _two_copies(max_steps):
   """DPEPO in 2 copies of a 3-room KeyDoor: the method, and a spec maker for episode i of group 0 (seed 5)."""
   c = config()
@@ -105,7 +83,7 @@ def _two_copies(max_steps):
 def test_step_weights_of_a_recorded_episode_and_its_advantages_by_hand():
   method, spec_of = _two_copies(max_steps=4)
   spec = spec_of(0)
-  failed = _play(method.prompt_hook(), spec, [
+  failed = play(method.prompt_hook(), spec, [
       parallel((1, "go left"), (2, "go left")),   # c_wid = 1, no history: W = (0.95 + 1) / 2
       parallel((1, "go left"), (2, "go right")),  # copy 1 repeats (c_dep 1): W_1 = (0.8 + 1 + 1) / 3, W_2 = 1
       "I am not sure",                             # no action: 0.5
@@ -124,7 +102,7 @@ def test_step_weights_of_a_recorded_episode_and_its_advantages_by_hand():
   while not mirror._ended:
     script.append(mirror.oracle_action())
     mirror.step(script[-1])
-  won = _play(method.prompt_hook(), won_spec, script)
+  won = play(method.prompt_hook(), won_spec, script)
   assert won.success and not failed.success
   won_w = [f[STEP_WEIGHT_FIELD] for f in method.step_fields(won)]
   assert won_w[0] == pytest.approx((0.95 + 1) / 2)  # both copies take the oracle's first action
@@ -224,9 +202,9 @@ def test_the_diversity_measures_of_recorded_episodes():
   from explore_jax.methods.dpepo import diversity
 
   method, spec_of = _two_copies(max_steps=3)
-  a = _play(method.prompt_hook(), spec_of(0), [parallel((1, "go left"), (2, "go left")), "no action",
+  a = play(method.prompt_hook(), spec_of(0), [parallel((1, "go left"), (2, "go left")), "no action",
                                                parallel((1, "go right"), (2, "go left"))])
-  b = _play(method.prompt_hook(), spec_of(1), [parallel((2, "go left"))] * 3)
+  b = play(method.prompt_hook(), spec_of(1), [parallel((2, "go left"))] * 3)
   d = diversity([a, b])
   assert d["copies_acting_per_step"] == pytest.approx((2 + 0 + 2 + 1 + 1 + 1) / 6)
   assert d["distinct_actions_per_step"] == pytest.approx((1 + 2 + 1 + 1 + 1) / 5)

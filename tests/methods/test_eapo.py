@@ -2,16 +2,14 @@
 R_explore against an independent scoring, its checkpoint, the exploration measures, rollback demonstrations, and
 composition with RND."""
 
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import eapo_keydoor
-from explore_jax.actors.actor import Actor, ActorConfig, PromptTokenizer
-from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Response
+from explore_jax.actors.actor import PromptTokenizer
+from explore_jax.actors.protocol import EpisodeSpec
 from explore_jax.envs.fields import FieldAnswers
 from explore_jax.envs.keydoor import KeyDoorEnv
 from explore_jax.methods import eapo, make_method, rnd
@@ -26,9 +24,9 @@ from explore_jax.sampling.sampler import token_logprobs
 from explore_jax.train import aux_models, rollout
 from explore_jax.train import checkpoint as checkpoint_lib
 from tests.conftest import NANO
+from tests.methods import scripted
 
-TINY = str(pathlib.Path(__file__).parents[2] / "explore_jax/hf/assets/tiny")
-IM_END = 3
+TINY = scripted.TINY
 WORLD = {"num_rooms": 3, "hints": False, "max_steps": 6}
 
 
@@ -52,21 +50,9 @@ def spec(c, i=0, seed=5):
 
 
 def play(hook, spec_, responses):
-  """One episode played by a real actor in-process, answered with the scripted `responses`."""
-  tokenizer = PromptTokenizer.from_dir(TINY, max_prompt_tokens=10_000)
-  sent, prompts = [], []
-  actor = Actor(ActorConfig(actor_id=0, tokenizer_dir=TINY, prompt_hook=hook, envs_per_actor=1,
-                            max_prompt_tokens=10_000), tokenizer, sent.append)
-  actor.handle(spec_)
-  while True:
-    message = sent.pop(0)
-    if isinstance(message, EpisodeResult):
-      return message, prompts
-    prompts.append(tokenizer.decode(message.prompt_ids))
-    ids = tokenizer.tokenizer(responses[message.step], add_special_tokens=False)["input_ids"] + [IM_END]
-    n = len(ids)
-    actor.handle(Response(message.episode_id, message.step, np.asarray(ids, np.int32), np.zeros(n, np.float32),
-                          np.ones(n, np.float32), np.zeros(n, np.int32), 0))
+  """The episode as an actor records it, and the prompts it was asked with (tests/methods/scripted.py)."""
+  prompts = []
+  return scripted.play(hook, spec_, responses, prompts), prompts
 
 
 # ---- the fields world and prompt -------------------------------------------------------------------------

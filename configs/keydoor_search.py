@@ -1,0 +1,41 @@
+"""KeyDoor without hints, the tiny protocol world of DPEPO and EAPO (configs/dpepo_keydoor.py, configs/eapo_keydoor.py):
+5 rooms, the key's room not told, so an agent must search the corridor and walk back; 12 steps, two more than the
+oracle's worst case. `world` sets the world and the rollout's groups, `recipe` the shared RL, evaluation and warm
+start settings; each method's config sets its budgets between them."""
+
+import ml_collections
+
+
+def world(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  c.env.id = "explore_jax/KeyDoor-v0"
+  c.env.kwargs = ml_collections.ConfigDict({"num_rooms": 5, "num_distractors": 1, "hints": False, "max_steps": 12})
+  c.env.max_steps = 12
+  c.system_prompt = ""
+  c.action_history = 4                 # the plain prompt's memory of where it went (GiGPO's arm)
+  c.rollout.num_tasks = 8
+  c.rollout.group_size = 4
+  c.rollout.task_pool = 64
+  return c
+
+
+def recipe(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  c.rl.minibatch_size = 64
+  c.rl.epochs = 2
+  c.rl.micro_batch_size = 8
+  c.optimizer.learning_rate = 5e-5
+  c.optimizer.warmup_steps = 10
+  c.eval.temperature = 0.4             # the evaluation temperature of DPEPO and GiGPO (1.0 in training)
+  c.eval.every = 5
+  c.eval.num_episodes = 64
+  c.eval.seed_offset = 100_000         # held-out episodes: seeds the pool (0-63) and the warm start never play
+  c.eval.passk_samples = 4
+  c.eval.passk_held_out_tasks = 64
+  c.sft.enabled = True
+  c.sft.oracle_seed_offset = 10_000
+  c.sft.oracle_episodes = 64
+  c.sft.steps = 60
+  c.sft.batch_size = 32
+  c.sft.learning_rate = 1e-3
+  c.train.num_iterations = 30
+  c.checkpoint.every = 5
+  return c
