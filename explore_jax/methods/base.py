@@ -113,7 +113,7 @@ class BuildContext:
   """What the runtime knows when it asks a method for its record fields and aux models."""
   model_config: Any          # the policy's ModelConfig
   model: Any = None          # the policy's Model (carries the mesh and the sharding rules)
-  initial_params: Any = None  # the policy's starting parameters (q_phi starts from them)
+  initial_params: Any = None  # the policy's starting checkpoint (before any warm start)
   tokenizer: Any = None
   mesh: Any = None
   rules: Any = None

@@ -190,14 +190,15 @@ class EAPO(Method):
     return q_rows(self.tokenizer, result, int(self.config.eapo.q_phi.max_tokens))
 
   def aux_models(self, ctx) -> dict[str, Any]:
-    import jax
-
     from explore_jax.rl import q_phi
     from explore_jax.train.aux_models import AuxModelSpec
 
     q = self.config.eapo.q_phi
-    params, axes = ctx.initial_params, ctx.model.param_axes()
-    init = lambda key: {"q": jax.tree.map(lambda x: x, params), "prior": params}  # noqa: E731
+    axes = ctx.model.param_axes()
+    # Shapes only: the learner restarts q_phi from the policy RL starts from (`from_policy`) before any use, and a
+    # resumed run restores it. A fresh init, not the starting weights closed over: those would be compiled in as
+    # constants of the init program.
+    init = lambda key: {"q": ctx.model.init(key), "prior": ctx.model.init(key)}  # noqa: E731
     loss = functools.partial(q_phi.loss_and_metrics, ctx.model, beta=float(q.beta), kappa=float(q.kappa))
     return {AUX: AuxModelSpec(init=init, loss=loss, batches=self._q_batches, param_axes={"q": axes, "prior": axes},
                               frozen=("prior",), phase="before_rewards", learning_rate=float(q.learning_rate),
