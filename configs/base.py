@@ -123,6 +123,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.advantage = "grpo"        # a name in rl.advantages' registry
   c.rl.advantage_options = ml_collections.ConfigDict({"eps": 1e-6, "normalize_std": True})
   c.rl.epochs = 1                # passes over the iteration's records
+  c.rl.first_update = 0          # the first iteration (0-based) whose records update the policy; before it the
+                                 # rollouts, aux models and rewards run as usual (ScreenExplorer lets its world
+                                 # model learn for a few episodes first)
   c.rl.minibatch_size = 64       # records per optimizer step
   c.rl.micro_batch_size = 0      # records per forward/backward pass of a step, gradients summed (activation
                                  # memory); 0: the whole minibatch at once. Equal updates up to float sums

@@ -19,6 +19,7 @@ One training iteration (train/loop.py) asks the method, in this order:
                                         computed) or "after_update" (after the policy update)
   rewards      intrinsic_rewards(...)   named exploration terms added to the extrinsic reward (task reward,
                                         format penalty, DAPO's overlong shaping); they may read aux params
+                                        and what an aux model computed for each record while it trained
   advantages   the estimator named by config.rl.advantage; DAPO's dynamic sampling keeps a group when its
                outcome (task) returns differ (keep_groups)
   update       update_batch(...)        rewrites the update batch (EMPO2's off-policy prompt swap)
@@ -211,9 +212,11 @@ class Method:
                                            float(self.config.rl.get("overlong_factor", 1.0)))
     return rewards
 
-  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any],
+                        aux_outputs: Optional[dict[str, Any]] = None) -> dict[str, np.ndarray]:
     """Exploration terms per step record, already weighted, by name (`intrinsic_names`); `aux_params`
-    holds the current parameters of the method's aux models."""
+    holds the current parameters of the method's aux models, `aux_outputs` the per-record outputs of the
+    `keep_outputs` ones' last training (train/aux_models.py; ScreenExplorer's world-model predictions)."""
     return {}
 
   @property

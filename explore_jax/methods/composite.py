@@ -115,8 +115,9 @@ class Composite(Method):
   def aux_models(self, ctx: BuildContext) -> dict[str, Any]:
     return _merge([(n, m.aux_models(ctx)) for n, m in self._named()], "aux model")
 
-  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
-    return _merge([(n, m.intrinsic_rewards(records, aux_params)) for n, m in self._named()], "intrinsic reward")
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any],
+                        aux_outputs: Optional[dict[str, Any]] = None) -> dict[str, np.ndarray]:
+    return _merge([(n, m.intrinsic_rewards(records, aux_params, aux_outputs)) for n, m in self._named()], "intrinsic reward")
 
   # ---- learning ------------------------------------------------------------------------------------
   def update_batch(self, batch: dict[str, Any], records: Any, rng: np.random.Generator) -> dict[str, Any]:

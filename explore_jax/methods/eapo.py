@@ -225,7 +225,8 @@ class EAPO(Method):
         out.append(_padded({k: v[live[start:start + size]] for k, v in rows.items()}, size))
     return out
 
-  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any],
+                        aux_outputs: Optional[dict[str, Any]] = None) -> dict[str, np.ndarray]:
     import jax.numpy as jnp
 
     from explore_jax.rl import q_phi

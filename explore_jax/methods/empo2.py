@@ -331,7 +331,8 @@ class EMPO2(Method):
     return out
 
   # ---- learning ------------------------------------------------------------------------------------
-  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any],
+                        aux_outputs: Optional[dict[str, Any]] = None) -> dict[str, np.ndarray]:
     bonus = np.asarray(records.extras["empo2_novelty"], np.float32) * np.asarray(records.valid, np.float32)
     return {"novelty": (float(self.config.empo2.novelty_coef) * bonus).astype(np.float32)}
 

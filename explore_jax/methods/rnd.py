@@ -12,7 +12,7 @@ jitted train step; the pair and its optimizer state live in the orbax checkpoint
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -73,7 +73,8 @@ class RND(Method):
                               param_axes=rnd.param_axes(dim, cfg), frozen=("target",), phase="after_update",
                               learning_rate=cfg.learning_rate)}
 
-  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any]) -> dict[str, np.ndarray]:
+  def intrinsic_rewards(self, records: Any, aux_params: dict[str, Any],
+                        aux_outputs: Optional[dict[str, Any]] = None) -> dict[str, np.ndarray]:
     valid = np.asarray(records.valid)
     err = _jit(self._rnd.errors, self.rnd_config)(aux_params[AUX], np.asarray(records.extras["features"], np.float32))
     bonus = np.asarray(self._rnd.normalised_rewards(err, valid))

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -49,11 +50,16 @@ class AuxModelSpec:
     param_axes: params-shaped tree of logical axis tuples (None leaves or None: replicated).
     frozen: top-level keys of the params dict that never change.
     phase: "before_rewards" or "after_update".
-    learning_rate, max_grad_norm, weight_decay: its optimizer.
+    learning_rate, max_grad_norm, weight_decay, betas: its optimizer (AdamW; Adam's b1, b2).
     from_policy: None, or the policy's parameters RL starts from (after the warm start; full weights, LoRA
       merged) -> this model's starting params, which the runtime restarts it from, with a fresh optimizer, once
       the warm start is done (q_phi and its prior: copies of the policy it explores with). `init` still gives the
       shapes and the parameters before then; a resumed run restores its checkpoint instead.
+    keep_outputs: the loss's metrics carry per-row outputs under "outputs" (a dict of [B, ...] arrays with the
+      batch's record indices as "row", -1 on padding rows); the runtime keeps, for each record, what the last
+      update that saw it computed (with the batches of several epochs in order: the last epoch's forward pass,
+      as ScreenExplorer's released code scores its world model's predictions) and hands them to the method's
+      `intrinsic_rewards` as `aux_outputs[name]`.
   """
   init: Callable[[jax.Array], Any]
   loss: Callable[[Any, Batch], tuple[jax.Array, dict[str, jax.Array]]]
@@ -65,6 +71,8 @@ class AuxModelSpec:
   max_grad_norm: Optional[float] = None
   weight_decay: float = 0.0
   from_policy: Optional[Callable[[Any], Any]] = None
+  keep_outputs: bool = False
+  betas: tuple[float, float] = (0.9, 0.999)
 
   def __post_init__(self):
     if self.phase not in PHASES:
@@ -82,8 +90,12 @@ def _frozen_labels(params: Any, frozen: tuple[str, ...]) -> Any:
   return {k: jax.tree.map(lambda _: "frozen" if k in frozen else "train", v) for k, v in params.items()}
 
 
+OUTPUTS = "outputs"  # the metrics key of a keep_outputs loss's per-row outputs
+
+
 class AuxModel:
-  """One built aux model: `state` (a TrainState on the mesh), `train(records)`, `params`."""
+  """One built aux model: `state` (a TrainState on the mesh), `train(records)`, `params`, and `outputs` (the
+  per-record outputs of its last training, for a keep_outputs spec)."""
 
   def __init__(self, name: str, spec: AuxModelSpec, mesh: jax.sharding.Mesh, rules: sharding.Rules,
                key: jax.Array):
@@ -95,11 +107,12 @@ class AuxModel:
     self._axes = axes
     labels = _frozen_labels(self._shapes, spec.frozen)
     adam = state_lib.make_optimizer(spec.learning_rate, weight_decay=spec.weight_decay,
-                                    max_grad_norm=spec.max_grad_norm)
+                                    max_grad_norm=spec.max_grad_norm, b1=spec.betas[0], b2=spec.betas[1])
     self.optimizer = optax.multi_transform({"train": adam, "frozen": optax.set_to_zero()}, labels)
     self.shardings = _state_shardings(self._shapes, self._axes, self.optimizer, mesh, rules)
     params = jax.jit(spec.init, out_shardings=self.shardings.params)(key)
     self.state = state_lib.create_train_state(params, self.optimizer, self.shardings)
+    self.outputs: dict[str, Any] = {}
     self._step = sft.make_train_step(self, self.optimizer, self.shardings,
                                      loss_fn=lambda _, params, batch: spec.loss(params, batch))
 
@@ -118,10 +131,16 @@ class AuxModel:
     """One optimizer step per batch the spec makes of `records`; returns the last step's metrics, the number of
     steps and their wall time (`<name>/steps`, `<name>/seconds`)."""
     metrics: dict[str, Any] = {}
+    kept: list[Any] = []
     t0, steps = time.time(), 0
     for batch in self.spec.batches(records):
       self.state, metrics = self._step(self.state, {k: jnp.asarray(v) for k, v in batch.items()})
+      if self.spec.keep_outputs:
+        metrics = dict(metrics)
+        kept.append(metrics.pop(OUTPUTS))  # fetched once, after the loop: the steps stay queued
       steps += 1
+    if self.spec.keep_outputs:
+      self.outputs = last_outputs(jax.device_get(kept))
     out = {f"{self.name}/{k}": float(v) for k, v in jax.device_get(metrics).items()}
     return {**out, f"{self.name}/steps": float(steps), f"{self.name}/seconds": time.time() - t0}
 
@@ -130,6 +149,25 @@ class AuxModel:
     from explore_jax.train import checkpoint
 
     return checkpoint.abstract_like(jax.eval_shape(lambda: self.state), self.shardings)
+
+
+def last_outputs(steps: list[dict[str, Any]]) -> dict[str, Any]:
+  """Per-record outputs from the steps' {"row": [B], name: [B, ...]} dicts: for each record index, the last step's
+  row for it (rows -1 are padding); `seen` [N] says which records some step computed (N = the largest index + 1)."""
+  rows = [np.asarray(s["row"]) for s in steps]
+  n = max((int(r.max()) + 1 for r in rows if r.size), default=0)
+  out: dict[str, Any] = {"seen": np.zeros(n, bool)}
+  for step, row in zip(steps, rows):
+    keep = row >= 0
+    for name, value in step.items():
+      if name == "row":
+        continue
+      value = np.asarray(value)
+      if name not in out:
+        out[name] = np.zeros((n,) + value.shape[1:], value.dtype)
+      out[name][row[keep]] = value[keep]
+    out["seen"][row[keep]] = True
+  return out
 
 
 def _state_shardings(shapes: Any, axes: Any, optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,

@@ -116,6 +116,11 @@ class Learner:
   def aux_params(self) -> dict[str, Any]:
     return {name: model.params for name, model in self.aux.items()}
 
+  def aux_outputs(self) -> dict[str, Any]:
+    """The per-record outputs of the aux models that keep them (AuxModelSpec.keep_outputs), from their last
+    training."""
+    return {name: model.outputs for name, model in self.aux.items() if model.spec.keep_outputs}
+
   def checkpoint_tree(self) -> dict[str, Any]:
     tree: dict[str, Any] = {"train": self.state}
     if self.aux:
@@ -151,7 +156,7 @@ class Learner:
     """(records with their intrinsic terms filled in, the scalar reward per record, metrics)."""
     valid = np.asarray(records.valid)
     rewards = self.method.extrinsic_rewards(records)
-    terms = self.method.intrinsic_rewards(records, self.aux_params())
+    terms = self.method.intrinsic_rewards(records, self.aux_params(), aux_outputs=self.aux_outputs())
     metrics = {}
     if self.method.intrinsic_names:
       missing = set(self.method.intrinsic_names) ^ set(terms)
@@ -214,6 +219,8 @@ class Learner:
     (rl.micro_batch_size) and by length (rl.micro_batches_by_length, the default) each minibatch goes to the
     step as `length_sorted_parts`: its rows in order of prompt length, each part cut to its longest prompt."""
     c = self.config.rl
+    if iteration < int(c.get("first_update", 0)):
+      return {"update_delayed": 1.0}
     valid_idx = np.flatnonzero(np.asarray(batch["valid"]))
     if valid_idx.size == 0:
       return {"update_skipped_no_signal": 1.0}

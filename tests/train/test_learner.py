@@ -228,7 +228,7 @@ class _TwoBonuses(Method):
   name = "test_two_bonuses"
   intrinsic_names = ("novelty", "count")
 
-  def intrinsic_rewards(self, records, aux_params):
+  def intrinsic_rewards(self, records, aux_params, aux_outputs=None):
     n = len(np.asarray(records.valid))
     return {"count": np.full(n, 0.5, np.float32), "novelty": np.arange(n, dtype=np.float32)}
 
@@ -237,7 +237,7 @@ class _WrongName(Method):
   name = "test_wrong_name"
   intrinsic_names = ("novelty",)
 
-  def intrinsic_rewards(self, records, aux_params):
+  def intrinsic_rewards(self, records, aux_params, aux_outputs=None):
     return {"other": np.zeros(len(np.asarray(records.valid)), np.float32)}
 
 
@@ -579,3 +579,21 @@ def test_micro_batches_make_the_whole_minibatchs_update_with_the_kl_term(parts):
   lone.init(parts.learner.initial_params)
   with pytest.raises(ValueError, match=r"micro-batches of 1 rows cannot be split over the 2 devices.*micro_batch_size"):
     lone.update(lone.update_batch(records, advantages, valid, 0), 0)
+
+
+def test_updates_wait_for_rl_first_update(parts):
+  """rl.first_update = k: iterations before k leave the policy as it is (ScreenExplorer's world model learns
+  first); iteration k updates it."""
+  c = _config_like(parts, first_update=2)
+  results = [_episode(0, 0, [0.0, 1.0]), _episode(0, 1, [0.0])]
+  records = rollout.to_records(parts.spec, parts.method, results, max_steps=10, pad_to=5)
+  learner = _learner(parts, parts.method, c)
+  learner.init(parts.learner.initial_params)
+  valid = np.asarray(records.valid)
+  before = jax.tree.map(np.asarray, learner.state.params)
+  for it in (0, 1):
+    assert learner.update(learner.update_batch(records, jnp.ones(5, jnp.float32), valid, it), it) == {
+        "update_delayed": 1.0}
+  jax.tree.map(np.testing.assert_array_equal, before, jax.tree.map(np.asarray, learner.state.params))
+  m = learner.update(learner.update_batch(records, jnp.ones(5, jnp.float32), valid, 2), 2)
+  assert "update_delayed" not in m and m["update/tokens"] > 0
