@@ -74,6 +74,9 @@ def get_config() -> ml_collections.ConfigDict:
   # How a response answers the world: "plain" (the world's own grammar) or "fields" (EAPO's
   # <think><explore><memory><action>\boxed{a}</action> answer, the boxed action played; envs/fields.py).
   c.env.answer = "plain"
+  # Screens read at every step (envs/screen_reader.py; ScreenExplorer's, open to every GUI world): {} off, else
+  # ScreenReader's options, e.g. {"latent": "patch_stats", "ocr": True, "oracle": "world"}.
+  c.env.screen_reading = ml_collections.ConfigDict()
 
   # Rollouts: B tasks x G trajectories per iteration, stepped by actor processes.
   c.rollout = ml_collections.ConfigDict()

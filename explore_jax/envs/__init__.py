@@ -12,6 +12,8 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
                             screenshot + utterance observations, ScreenExplorer's actions (miniwob.py)
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Fields-v0     FieldAnswers(env=<id>, env_kwargs=...): answers in EAPO's fields, the boxed action played
+  explore_jax/ScreenReading-v0  ScreenReader(env=<id>, env_kwargs=...): a GUI world whose info carries the screens
+                            before and after each step, read (image latent, OCR boxes) (screen_reader.py)
   explore_jax/Remote-v0     RemoteEnv(url=..., env_id=<id>, env_kwargs=...): one on an EnvServer
 
 Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
@@ -48,6 +50,7 @@ _REGISTRY = {
     "explore_jax/MiniWoB-v0": "explore_jax.envs.miniwob:MiniWoBEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Fields-v0": "explore_jax.envs.fields:FieldAnswers",
+    "explore_jax/ScreenReading-v0": "explore_jax.envs.screen_reader:ScreenReader",
     "explore_jax/Remote-v0": "explore_jax.envs.remote:RemoteEnv",
 }
 

@@ -301,8 +301,9 @@ class Demonstration:
 
 def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
                    options: dict[str, Any] | None = None) -> Demonstration:
-  """Play one episode with the environment's `oracle_action()` (the env may be wrapped)."""
-  oracle = env.unwrapped.oracle_action
+  """Play one episode with the environment's `oracle_action()`: the outermost layer's that has one (the env may
+  be wrapped; ScreenReading-v0's oracle answers around its world's)."""
+  oracle = env.get_wrapper_attr("oracle_action")
   observation, info = env.reset(seed=seed, options=options)
   observations, actions, infos = [], [], []
   done = False

@@ -38,20 +38,20 @@ Both are written as the paper prints them: a sum over unordered pairs divided by
 i.e. half the mean pairwise dissimilarity (identical states give 0, orthogonal ones 0.5). T, N count the masked-in
 states; fewer than two give 0.
 
-`click_hit_text` and `screen_text` are the host-side string parts (OCR boxes -> the texts the encoder embeds).
-Nothing here imports jax at module level except through jax.numpy in the array functions, which also run on numpy
-inputs under jit.
+`click_hit_text` and `screen_text`, the host-side string parts (OCR boxes -> the texts the encoder embeds), are
+envs/screen_reader.py's, imported here. The array functions run on numpy or jax inputs, under jit or not.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping
 
 import jax.numpy as jnp
 
+# The texts a screen is embedded as live beside the wrapper that reads screens (actors run it, without jax).
+from explore_jax.envs.screen_reader import CLICK_KINDS, SCREEN_PREFIX, click_hit_text, screen_text  # noqa: F401
+
 COSINE_EPS = 1e-8
-SCREEN_PREFIX = "Screen OCR: "
-CLICK_KINDS = ("Click", "RightClick", "DoubleClick")  # the actions whose point r_inter looks under
 SEQUENCE_FORMS = ("paper", "code")
 
 
@@ -147,19 +147,3 @@ def group_diversity(after, mask):
   """D_grp (eq. 6) of all the states of a group of trajectories: after [..., N, D] (flattened), mask [..., N]."""
   return _half_mean_dissimilarity(after, mask)
 
-
-# ---- host-side text ------------------------------------------------------------------------------------
-
-def screen_text(boxes: Sequence[Sequence]) -> str:
-  """The text a screen is embedded as: "Screen OCR: " + its OCR boxes' texts joined by spaces."""
-  return SCREEN_PREFIX + " ".join(str(b[4]) for b in boxes)
-
-
-def click_hit_text(boxes: Sequence[Sequence], kind: str, x: Optional[int], y: Optional[int]) -> Optional[str]:
-  """The text under a click: for Click / RightClick / DoubleClick at (x, y), "Screen OCR: " + the stripped texts
-  of every box [x0, y0, x1, y1, text] with x0 <= x <= x1 and y0 <= y <= y1 (bounds inclusive), joined by spaces;
-  None for other actions or when no box holds the point."""
-  if kind not in CLICK_KINDS or x is None or y is None:
-    return None
-  hits = [str(b[4]).strip() for b in boxes if b[0] <= x <= b[2] and b[1] <= y <= b[3]]
-  return SCREEN_PREFIX + " ".join(hits) if hits else None

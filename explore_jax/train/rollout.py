@@ -20,6 +20,7 @@ from explore_jax.actors.pool import ActorPool
 from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec
 from explore_jax.envs.fields import fields_env
 from explore_jax.envs.parallel import parallel_env
+from explore_jax.envs.screen_reader import screen_reading_env
 from explore_jax.methods import Method
 from explore_jax.replay import RecordSpec, from_host
 
@@ -43,10 +44,12 @@ def environment(config: Any, env_kwargs: dict[str, Any], *, demonstrations: bool
                 ) -> tuple[str, dict[str, Any]]:
   """(id, kwargs) of the environment episodes play: config.env.id with `env_kwargs`, in K parallel copies when
   config.env.parallel.copies is K >= 1 (envs/parallel.py; DPEPO's setting), answered in EAPO's fields when
-  config.env.answer is "fields" (envs/fields.py); both open to every method."""
+  config.env.answer is "fields" (envs/fields.py), its screens read when config.env.screen_reading is set
+  (envs/screen_reader.py; ScreenExplorer's); all open to every method."""
   env_id, env_kwargs = parallel_env(config.env.id, env_kwargs, config.env.get("parallel"),
                                     demonstrations=demonstrations)
-  return fields_env(env_id, env_kwargs, config.env.get("answer", "plain"))
+  env_id, env_kwargs = fields_env(env_id, env_kwargs, config.env.get("answer", "plain"))
+  return screen_reading_env(env_id, env_kwargs, config.env.get("screen_reading"))
 
 
 def episode_specs(config: Any, method: Optional[Method], iteration: int, *, evaluation: bool) -> list[EpisodeSpec]:
@@ -105,7 +108,7 @@ def revisit_measures(results: list[EpisodeResult]) -> dict[str, float]:
     step_group_size   steps per (state, visitation depth) group of a task group: the size of the step-level groups
                       EAPO's estimator normalises in (1: every step alone, no group-relative signal)
   """
-  revisits = steps = groups = 0
+  revisits = steps = 0
   by_task: dict[int, set] = {}
   for r in results:
     depths = visitation_depths([s.state_key for s in r.steps])

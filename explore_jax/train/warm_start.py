@@ -52,6 +52,8 @@ def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_l
   env = config.env.to_dict()
   if not env.get("parallel", {}).get("copies"):
     env.pop("parallel", None)  # the world itself: the hash warm starts had before parallel copies existed
+  if not env.get("screen_reading"):
+    env.pop("screen_reading", None)  # screens not read: the hash warm starts had before screen reading existed
   return config_hash(checkpoint_identity(checkpoint_dir), sft, env, prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
                      *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
