@@ -12,9 +12,10 @@ The browser:
   chromium-browser, google-chrome) and `chromedriver` found on PATH (Debian's packages: `make browser`);
   what was found is written back to those variables, and SE_OFFLINE=true is set, so that miniwob's own
   code in this process agrees and selenium never runs its network-fetching driver manager.
-- How: one `sh` guardian per browser, in a session of its own, starts chromedriver and Chromium
-  (headless, no sandbox, 800x600 window at scale 1, smooth scrolling, partial raster and the frame-rate cap
-  off, all host names unresolvable: the pages reach nothing outside file://), prints their pids and waits on its stdin.
+- How: one `sh` guardian per browser (`processes.Guarded`), in a session of its own, starts chromedriver and
+  Chromium (headless, no sandbox, 800x600 window at scale 1, smooth scrolling, partial raster and the frame-rate
+  cap off, all host names unresolvable: the pages reach nothing outside file://), prints their pids and waits on
+  its stdin.
   When this process closes the pipe -- `close()`, garbage collection of the environment, or this process
   dying in any way, SIGKILL included -- the guardian kills its whole process group, so no browser outlives
   its environment (a parent-death signal would not do: it fires when the *thread* that started the child
@@ -88,7 +89,6 @@ import os
 import pathlib
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 import weakref
@@ -106,7 +106,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.client_config import ClientConfig
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from explore_jax.envs import screen_actions
+from explore_jax.envs import processes, screen_actions
 from explore_jax.envs.base import Outcome, TextEnv, excerpt, state_key, task_index, text_space, world_text
 from explore_jax.envs.screen_actions import ScreenAction
 
@@ -148,14 +148,6 @@ echo "$!"
 cat >/dev/null
 kill -KILL 0
 """
-# The remover: waits on the same pipe as the guardian (so it wakes when this process dies, however it dies),
-# then for the guardian's process group to be gone (10 s at most), and removes the browser's folder ($0).
-_REMOVER = r"""
-cat >/dev/null
-i=0
-while kill -0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
-exec rm -rf -- "$0"
-"""
 _FAILURES = (WebDriverException, Urllib3Error, OSError, TimeoutError)
 
 _MODIFIER_KEYS = {"Ctrl": Keys.CONTROL, "Alt": Keys.ALT, "Shift": Keys.SHIFT, "Meta": Keys.META}
@@ -195,49 +187,6 @@ def find_browser() -> tuple[str, str]:
   return chrome, driver
 
 
-def _pid_alive(pid: int | None) -> bool:
-  """Whether process `pid` runs (a zombie does not): Linux's /proc, else signal 0."""
-  if pid is None:
-    return False
-  try:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-      return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-  except FileNotFoundError:
-    return False
-  except OSError:
-    try:
-      os.kill(pid, 0)
-      return True
-    except OSError:
-      return False
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _stop(guardian: subprocess.Popen, remover: subprocess.Popen, lifeline: Any, driver: Any, workdir: str) -> None:
-  if driver is not None:
-    try:
-      driver.command_executor.close()  # the HTTP pool only: chromedriver goes with the group
-    except Exception:
-      pass
-  try:
-    lifeline.close()  # EOF: the guardian kills its process group
-    guardian.wait(timeout=5)
-  except Exception:
-    try:
-      os.killpg(guardian.pid, 9)
-    except OSError:
-      pass
-    guardian.wait()
-  shutil.rmtree(workdir, ignore_errors=True)
-  remover.kill()  # the folder is gone already
-  remover.wait()
-
-
 class Browser:
   """One headless Chromium, its chromedriver and a selenium session on them (the module docstring).
 
@@ -255,47 +204,32 @@ class Browser:
     self.viewport = WINDOW_SIZE
     self.page: str | None = None        # the task whose page is loaded
     self.failed = False                 # a call failed: the next ensure_running() starts a new browser
-    self._guardian: subprocess.Popen | None = None
-    self._remover: subprocess.Popen | None = None
-    self._lifeline: Any = None  # the write end of the pipe the guardian and the remover wait on
+    self._group: processes.Guarded | None = None  # the guardian of chromedriver and Chromium, and its remover
     self._workdir = ""
     self._finalizer: weakref.finalize | None = None
 
   @property
   def alive(self) -> bool:
-    return (self._guardian is not None and self._guardian.poll() is None and _pid_alive(self.pid)
-            and _pid_alive(self.driver_pid))
+    return (self._group is not None and self._group.alive and processes.pid_alive(self.pid)
+            and processes.pid_alive(self.driver_pid))
 
   def start(self) -> None:
     """Start a fresh browser (closing the current one, if any)."""
     self.close()
     self._workdir = tempfile.mkdtemp(prefix="explore_jax-miniwob-")
     profile, log = os.path.join(self._workdir, "profile"), os.path.join(self._workdir, "chromium.log")
-    port = _free_port()
-    read_end, write_end = os.pipe()
-    try:
-      self._guardian = subprocess.Popen(
-          ["sh", "-c", _GUARDIAN, "explore_jax-browser", self.chromedriver, str(port), log, self.chrome,
-           *_CHROME_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-          stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-          env={**os.environ, "TMPDIR": self._workdir})  # Chromium's own temporary folders, which SIGKILL leaves
-      self._remover = subprocess.Popen(
-          ["sh", "-c", _REMOVER, self._workdir, str(self._guardian.pid)], stdin=read_end,
-          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    except BaseException:
-      os.close(write_end)  # a guardian already started stops with its pipe
-      shutil.rmtree(self._workdir, ignore_errors=True)
-      raise
-    finally:
-      os.close(read_end)
-    self._lifeline = os.fdopen(write_end, "wb")
-    self._finalizer = weakref.finalize(self, _stop, self._guardian, self._remover, self._lifeline, None,
-                                       self._workdir)
+    port = processes.free_port()
+    # Chromium's TMPDIR is the folder: its own temporary folders, which SIGKILL leaves, go with it.
+    self._group = processes.Guarded(
+        _GUARDIAN, [self.chromedriver, str(port), log, self.chrome, *_CHROME_FLAGS, f"--user-data-dir={profile}",
+                    "about:blank"], self._workdir, env={**os.environ, "TMPDIR": self._workdir},
+        name="explore_jax-browser")
+    self._finalizer = weakref.finalize(self, processes.stop, self._group)
     self.starts += 1
     self.failed = False
     try:
-      self.driver_pid = int(self._guardian.stdout.readline())
-      self.pid = int(self._guardian.stdout.readline())
+      self.driver_pid = self._group.read_pid("chromedriver")
+      self.pid = self._group.read_pid("Chromium")
       devtools = self._wait_for_devtools(os.path.join(profile, "DevToolsActivePort"))
       self._wait_for_port(port)
       url = f"http://127.0.0.1:{port}"
@@ -306,8 +240,8 @@ class Browser:
           client_config=ClientConfig(url, keep_alive=True, timeout=self.timeout_s))
       self.driver = webdriver.Remote(command_executor=connection, options=options)
       self._finalizer.detach()
-      self._finalizer = weakref.finalize(self, _stop, self._guardian, self._remover, self._lifeline, self.driver,
-                                         self._workdir)
+      # The HTTP pool closes first; chromedriver goes with the group.
+      self._finalizer = weakref.finalize(self, processes.stop, self._group, self.driver.command_executor)
       self.driver.set_page_load_timeout(self.timeout_s)
       self.driver.set_script_timeout(self.timeout_s)
       self.viewport = tuple(self.driver.execute_script("return [window.innerWidth, window.innerHeight];"))
@@ -360,9 +294,9 @@ class Browser:
   def close(self) -> None:
     """Stop the browser (idempotent)."""
     if self._finalizer is not None:
-      self._finalizer()  # runs _stop at most once
+      self._finalizer()  # runs processes.stop at most once
     self._finalizer = None
-    self._guardian, self._remover, self._lifeline = None, None, None
+    self._group = None
     self.driver, self.pid, self.driver_pid, self.page = None, None, None, None
 
   def _wait_for_devtools(self, path: str) -> int:
@@ -375,7 +309,7 @@ class Browser:
           return int(first)
       except FileNotFoundError:
         pass
-      if not _pid_alive(self.pid):
+      if not processes.pid_alive(self.pid):
         raise OSError("Chromium exited while starting")
       time.sleep(0.01)
     raise TimeoutError(f"Chromium did not open its DevTools port in {_START_TIMEOUT_S:g} s")
@@ -387,7 +321,7 @@ class Browser:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
           return
       except OSError:
-        if not _pid_alive(self.driver_pid):
+        if not processes.pid_alive(self.driver_pid):
           raise OSError("chromedriver exited while starting") from None
         time.sleep(0.01)
     raise TimeoutError(f"chromedriver did not listen on port {port} in {_START_TIMEOUT_S:g} s")
@@ -395,10 +329,10 @@ class Browser:
   def _error(self, what: str, error: BaseException) -> MiniWoBBrowserError:
     detail = str(getattr(error, "msg", None) or error).strip().splitlines()
     detail = detail[0] if detail else type(error).__name__
-    if self.pid is not None and not _pid_alive(self.pid):
+    if self.pid is not None and not processes.pid_alive(self.pid):
       return MiniWoBBrowserError(f"Chromium died during {what} ({type(error).__name__}: {detail}); the next "
                                  f"reset() starts a new browser{self._stderr_tail()}")
-    if self.driver_pid is not None and not _pid_alive(self.driver_pid):
+    if self.driver_pid is not None and not processes.pid_alive(self.driver_pid):
       return MiniWoBBrowserError(f"chromedriver died during {what} ({type(error).__name__}: {detail}); the "
                                  f"next reset() starts a new browser")
     return MiniWoBBrowserError(f"{what} failed in the browser ({type(error).__name__}: {detail}); the next "

@@ -1,0 +1,150 @@
+"""Child processes that never outlive their environment: a guardian `sh` in a session of its own, and a remover.
+
+The GUI worlds (miniwob.py's Chromium, desktop/'s X session) start their programs through `Guarded`:
+
+- The guardian is a `sh -c SCRIPT` in a new session (so its process group is its own). SCRIPT starts the
+  programs in the background, prints what the caller needs (pids, one a line), then waits on its stdin --
+  the read end of a pipe whose write end only this process holds -- and, once the pipe closes, kills its
+  process group (`kill -KILL 0`). The pipe closes on `stop()`, on garbage collection of the owner, or when
+  this process dies in any way, SIGKILL included (a parent-death signal would not do: it fires when the
+  *thread* that started the child ends, and EnvServer makes environments in request threads).
+- The remover waits on the same pipe, then for the guardian's group to be gone (10 s at most), runs the
+  caller's `cleanup` snippet (sh, with the folder as $0) and removes the folder. `stop()` does the same at
+  once itself, then kills the remover: a remover only ever works after this process died first.
+- `pid_alive` treats a zombie as gone: it runs nothing, and only its parent (a guardian) can reap it.
+
+No jax, no selenium here: actors import this.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from typing import Any, Mapping, Sequence
+
+_STOP_TIMEOUT_S = 5.0
+# The remover: waits on the guardian's pipe (so it wakes when this process dies, however it dies), then for the
+# guardian's process group ($1) to be gone (10 s at most), runs the cleanup snippet ($2) and removes the folder ($0).
+_REMOVER = r"""
+cat >/dev/null
+i=0
+while kill -0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+[ -z "$2" ] || eval "$2"
+exec rm -rf -- "$0"
+"""
+
+
+def pid_alive(pid: int | None) -> bool:
+  """Whether process `pid` runs (a zombie does not): Linux's /proc, else signal 0."""
+  if pid is None:
+    return False
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+  except FileNotFoundError:
+    return False
+  except OSError:
+    try:
+      os.kill(pid, 0)
+      return True
+    except OSError:
+      return False
+
+
+def free_port() -> int:
+  """A TCP port on 127.0.0.1 that was free a moment ago."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class Guarded:
+  """A guardian's process group and the remover of its folder (the module docstring).
+
+  Args:
+    script: the guardian's sh script; its arguments are `args` ($1, $2, ...); it must end by waiting on stdin
+      (`cat >/dev/null`) and killing its group (`kill -KILL 0`).
+    workdir: the folder the programs' files live in, removed by `stop()` or by the remover.
+    env: the guardian's environment (None: this process's).
+    cleanup: a sh snippet run once the group is gone, before the folder goes ($0 is the folder).
+    name: the guardian's $0, as `ps` shows it.
+  """
+
+  def __init__(self, script: str, args: Sequence[str], workdir: str, *, env: Mapping[str, str] | None = None,
+               cleanup: str = "", name: str = "explore_jax-guardian"):
+    self.workdir, self.cleanup = workdir, cleanup
+    self._stopped = False
+    read_end, write_end = os.pipe()
+    try:
+      self.guardian = subprocess.Popen(
+          ["sh", "-c", script, name, *args], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+          start_new_session=True, env=None if env is None else dict(env))
+      self.remover = subprocess.Popen(
+          ["sh", "-c", _REMOVER, workdir, str(self.guardian.pid), cleanup], stdin=read_end,
+          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+      os.close(write_end)  # a guardian already started stops with its pipe
+      shutil.rmtree(workdir, ignore_errors=True)
+      raise
+    finally:
+      os.close(read_end)
+    self.lifeline = os.fdopen(write_end, "wb")  # the write end of the pipe both wait on
+
+  @property
+  def pid(self) -> int:
+    """The guardian's pid, which is also its process group's id."""
+    return self.guardian.pid
+
+  @property
+  def alive(self) -> bool:
+    return not self._stopped and self.guardian.poll() is None
+
+  def readline(self) -> str:
+    """The guardian's next line of output ("" once it has ended)."""
+    return self.guardian.stdout.readline().decode(errors="replace").strip()
+
+  def read_pid(self, what: str) -> int:
+    """The guardian's next line as a pid; OSError (naming `what`) when it ended without one."""
+    line = self.readline()
+    try:
+      return int(line)
+    except ValueError:
+      raise OSError(f"{what} did not start (its guardian printed {line!r})") from None
+
+  def stop(self) -> None:
+    """Kill the group, run the cleanup and remove the folder (idempotent)."""
+    if self._stopped:
+      return
+    self._stopped = True
+    try:
+      self.lifeline.close()  # EOF: the guardian kills its process group
+      self.guardian.wait(timeout=_STOP_TIMEOUT_S)
+    except Exception:
+      pass
+    try:
+      os.killpg(self.guardian.pid, signal.SIGKILL)  # a guardian that hung, or was itself killed, left its group
+    except OSError:
+      pass
+    self.guardian.wait()
+    if self.guardian.stdout is not None:
+      self.guardian.stdout.close()
+    if self.cleanup:
+      subprocess.run(["sh", "-c", self.cleanup, self.workdir], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, check=False)
+    shutil.rmtree(self.workdir, ignore_errors=True)
+    self.remover.kill()  # the folder is gone already
+    self.remover.wait()
+
+
+def stop(guarded: Guarded | None, closing: Any = None) -> None:
+  """A finalizer's body: `closing.close()` first when given (a client of the programs), then `guarded.stop()`."""
+  if closing is not None:
+    try:
+      closing.close()
+    except Exception:
+      pass
+  if guarded is not None:
+    guarded.stop()
