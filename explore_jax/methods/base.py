@@ -22,6 +22,8 @@ One training iteration (train/loop.py) asks the method, in this order:
                                         and what an aux model computed for each record while it trained
   advantages   the estimator named by config.rl.advantage; DAPO's dynamic sampling keeps a group when its
                outcome (task) returns differ (keep_groups)
+               observe_update(...)      what the update is about to learn from: the records and their
+                                        advantages (ScreenExplorer keeps its distillation steps)
   update       update_batch(...)        rewrites the update batch (EMPO2's off-policy prompt swap)
                loss_config()            every `rl.losses.PolicyLossConfig` field, read from config.rl.loss
   sft          sft_request(...)         SFT batches on the policy's own parameters during training (EAPO's
@@ -122,6 +124,7 @@ class BuildContext:
   # answered with (config.embedding.encoder; train/inference.py's InferenceServer.encode).
   encode: Optional[Callable[[list[str]], np.ndarray]] = None
   embedding_dim: int = 0     # E of `encode`'s rows
+  workdir: str = ""          # the run's directory (a method's own files: ScreenExplorer's distillation steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +256,11 @@ class Method:
       return set(group_returns)
     return {g for g, r in group_returns.items() if np.ptp(r) > 0}
 
+  def observe_update(self, iteration: int, records: Any, advantages: Any, valid: np.ndarray) -> dict[str, float]:
+    """Sees the iteration's records with their advantages (a jax array [N]) and which of them enter the update
+    (`valid`, numpy [N]), before the update; returns metrics."""
+    return {}
+
   def update_batch(self, batch: dict[str, Any], records: Any, rng: np.random.Generator) -> dict[str, Any]:
     """Rewrites the update batch (jax arrays keyed as in `train/rl_step.py`) before the minibatch epochs."""
     return batch
@@ -293,7 +301,7 @@ def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
 # Modules whose import registers methods; loaded on first use of the registry.
 METHOD_MODULES = ("explore_jax.methods.grpo", "explore_jax.methods.sge", "explore_jax.methods.rlad",
                   "explore_jax.methods.rnd", "explore_jax.methods.empo2", "explore_jax.methods.dpepo",
-                  "explore_jax.methods.eapo")
+                  "explore_jax.methods.eapo", "explore_jax.methods.screen_explorer")
 
 
 def _load_all() -> None:

@@ -100,6 +100,10 @@ class Composite(Method):
   def observe(self, results: list[EpisodeResult], *, training: bool) -> dict[str, float]:
     return _merge([(n, m.observe(results, training=training)) for n, m in self._named()], "metric")
 
+  def observe_update(self, iteration: int, records: Any, advantages: Any, valid: np.ndarray) -> dict[str, float]:
+    return _merge([(n, m.observe_update(iteration, records, advantages, valid)) for n, m in self._named()],
+                  "metric")
+
   # ---- records, aux models, rewards ----------------------------------------------------------------
   def setup(self, ctx: BuildContext) -> None:
     for m in self.methods:

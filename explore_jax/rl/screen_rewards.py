@@ -134,7 +134,8 @@ def _half_mean_dissimilarity(x, mask):
   n = jnp.sum(m, axis=-1)
   upper = jnp.triu(jnp.ones(sims.shape[-2:], jnp.float32), k=1)
   pairs = upper * m[..., :, None] * m[..., None, :]
-  summed = jnp.sum(pairs * (1.0 - sims), axis=(-1, -2))
+  # 1 - sim >= 0; a float cosine of equal rows can come out a hair above 1.
+  summed = jnp.sum(pairs * jnp.maximum(1.0 - sims, 0.0), axis=(-1, -2))
   return jnp.where(n > 1, summed / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
 
 

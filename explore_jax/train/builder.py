@@ -122,7 +122,7 @@ def build(config: Any, workdir: str) -> Parts:
   text_encoder = make_text_encoder(config)
   # `encode` reaches the server built below: the run's one text encoder, on the learner's side.
   ctx = BuildContext(model_config=model.config, model=model, initial_params=pre.params, tokenizer=tokenizer,
-                     mesh=mesh, rules=rules, encode=lambda texts: server.encode(texts),
+                     mesh=mesh, rules=rules, encode=lambda texts: server.encode(texts), workdir=workdir,
                      embedding_dim=text_encoder.dim if text_encoder is not None else language_config(model.config).hidden_size)
   method.setup(ctx)
   extras = dict(method.record_fields(ctx))

@@ -150,6 +150,7 @@ def iterate(parts: Parts, rollouts: pipeline.RolloutPipeline, it: int, replay: O
   m.update(reward_metrics)
   m["time_rewards_s"] = time.time() - t_rewards  # the intrinsic terms' (an aux model's scoring: EAPO's q_phi)
   advantages, valid = learner.advantages(records, rewards)
+  m.update(method.observe_update(it, records, advantages, valid))
   m.update(learner.update(learner.update_batch(records, advantages, valid, it), it))
   m.update(learner.train_aux("after_update", records))
   request = method.sft_request(it, results)

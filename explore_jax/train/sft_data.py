@@ -27,7 +27,13 @@ from explore_jax.images import ImageLayout
 
 
 def load_demonstrations(path: str) -> list[dict[str, Any]]:
-  """Reads a JSONL file of demonstrations; a malformed line is an error naming its line number."""
+  """Reads a JSONL file of demonstrations, or every *.jsonl file of a directory in name order (ScreenExplorer's
+  distillation steps, one file per iteration); a malformed line is an error naming its line number."""
+  if os.path.isdir(path):
+    files = sorted(f for f in os.listdir(path) if f.endswith(".jsonl"))
+    if not files:
+      raise FileNotFoundError(f"no *.jsonl demonstrations in {path}")
+    return [d for f in files for d in load_demonstrations(os.path.join(path, f))]
   if not os.path.exists(path):
     raise FileNotFoundError(f"no demonstrations file {path}")
   out = []
