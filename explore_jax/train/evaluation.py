@@ -90,6 +90,9 @@ class TaskSetEval:
   outcomes: np.ndarray     # [T] int: distinct outcome keys over all attempts
   states: np.ndarray | None = None  # [T] int: distinct state keys over all attempts (None: an older summary)
   success_steps: np.ndarray | None = None  # [T] int: steps summed over the successful attempts (None: older)
+  # A GUI world read by ScreenReading-v0: eqs. 5-6 over the visual latents of the screens after each step,
+  # {"d_seq_vis": mean over episodes, "d_grp_vis": mean over tasks of all their attempts' screens} (screen_diversity).
+  diversity: dict[str, float] | None = None
 
   @property
   def min_samples(self) -> int:
@@ -108,13 +111,15 @@ class TaskSetEval:
     for name in ("states", "success_steps"):
       if getattr(self, name) is not None:
         d[name] = getattr(self, name).tolist()
+    if self.diversity is not None:
+      d["diversity"] = dict(self.diversity)
     return d
 
   @classmethod
   def from_json(cls, d: dict[str, Any]) -> "TaskSetEval":
     optional = {name: None if d.get(name) is None else np.asarray(d[name], int) for name in ("states", "success_steps")}
     return cls(d["label"], list(d["task_ids"]), np.asarray(d["samples"], int), np.asarray(d["successes"], int),
-               np.asarray(d["outcomes"], int), **optional)
+               np.asarray(d["outcomes"], int), **optional, diversity=d.get("diversity"))
 
   def to_dict(self, ks: Sequence[int]) -> dict[str, Any]:
     d = {"label": self.label, "tasks": len(self.task_ids), "samples_per_task": self.min_samples,
@@ -127,6 +132,8 @@ class TaskSetEval:
     if self.success_steps is not None:  # None where nothing succeeded
       wins = int(self.successes.sum())
       d["steps_to_success"] = float(self.success_steps.sum() / wins) if wins else None
+    if self.diversity is not None:
+      d.update(self.diversity)
     return d
 
 
@@ -142,7 +149,32 @@ def summarize(label: str, results: Sequence[EpisodeResult]) -> TaskSetEval:
                      successes=np.array([sum(r.success for r in by_task[t]) for t in tasks], int),
                      outcomes=np.array([len(set().union(*map(attempt_outcomes, by_task[t]))) for t in tasks], int),
                      states=np.array([len(set().union(*map(attempt_states, by_task[t]))) for t in tasks], int),
-                     success_steps=np.array([sum(len(r.steps) for r in by_task[t] if r.success) for t in tasks], int))
+                     success_steps=np.array([sum(len(r.steps) for r in by_task[t] if r.success) for t in tasks], int),
+                     diversity=screen_diversity([by_task[t] for t in tasks]))
+
+
+def screen_diversity(tasks: Sequence[Sequence[EpisodeResult]]) -> dict[str, float] | None:
+  """d_seq and D_grp (rl/screen_rewards.py, eqs. 5-6) of the visual latents of info["screen"]["after"] (a world
+  in ScreenReading-v0): d_seq averaged over episodes, D_grp over each task's attempts together, averaged over
+  tasks; None when the steps carry no screens."""
+  from explore_jax.rl import screen_rewards
+
+  def latents(r: EpisodeResult) -> list[np.ndarray]:
+    return [np.asarray(s.info["screen"]["after"]["latent"], np.float32) for s in r.steps if "screen" in s.info]
+
+  per_task = [[latents(r) for r in attempts] for attempts in tasks]
+  if not any(e for attempts in per_task for e in attempts):
+    return None
+
+  def diversity(rows: list[np.ndarray]) -> float:
+    if len(rows) < 2:
+      return 0.0
+    x = np.stack(rows)[None]
+    return float(screen_rewards.group_diversity(x, np.ones(x.shape[:2], bool))[0])
+
+  seq = [diversity(e) for attempts in per_task for e in attempts]
+  grp = [diversity([x for e in attempts for x in e]) for attempts in per_task]
+  return {"d_seq_vis": float(np.mean(seq)), "d_grp_vis": float(np.mean(grp))}
 
 
 def write_transcripts(path: str, results: Sequence[EpisodeResult], per_task: int = 1) -> int:
@@ -185,14 +217,18 @@ def powers_of_two(n: int) -> list[int]:
 
 def table(evals: Sequence[TaskSetEval], ks: Sequence[int]) -> str:
   """A markdown table: one row per evaluation, pass@k columns, success, distinct outcomes and states."""
+  screens = any(e.diversity is not None for e in evals)
   head = ["policy / tasks", "tasks", "n"] + [f"pass@{k}" for k in ks] + ["solved≥1", "distinct outcomes",
                                                                           "distinct states"]
+  head += ["d_seq (screens)", "D_grp (screens)"] if screens else []
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for e in evals:
     row = [e.label, str(len(e.task_ids)), str(e.min_samples)]
     row += [f"{e.pass_at(k):.3f}" for k in ks]
     row += [f"{int((e.successes > 0).sum())}", f"{e.outcomes.mean():.2f}" if len(e.outcomes) else "-",
             f"{e.states.mean():.2f}" if e.states is not None and len(e.states) else "-"]
+    if screens:
+      row += [f"{e.diversity[k]:.4f}" if e.diversity is not None else "-" for k in ("d_seq_vis", "d_grp_vis")]
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines)
 

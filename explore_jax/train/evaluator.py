@@ -52,8 +52,13 @@ class Evaluator:
     key = jax.random.fold_in(jax.random.fold_in(self.key, iteration), 1)
     policy_fn, embed_fn = self.server.bind(params, key, self.sampling_params, iteration)
     specs = rollout.episode_specs(self.config, None, iteration, evaluation=True)
-    _, m = rollout.collect(pool, specs, policy_fn, embed_fn)
-    return {f"eval/{k}": m[k] for k in ("success_rate", "return")}
+    results, m = rollout.collect(pool, specs, policy_fn, embed_fn)
+    out = {f"eval/{k}": m[k] for k in ("success_rate", "return")}
+    by_seed: dict[Any, list] = {}
+    for r in results:
+      by_seed.setdefault(r.spec.seed, []).append(r)
+    diversity = evaluation.screen_diversity(list(by_seed.values()))  # a GUI world's screens, when read
+    return {**out, **{f"eval/{k}": v for k, v in (diversity or {}).items()}}
 
   def task_sets(self) -> list[str]:
     """The task sets pass@k samples, in the summary's order: the held-in pool ("train"; none when training draws a
@@ -143,7 +148,7 @@ class Evaluator:
     path = os.path.join(workdir, WARM_PASS_AT_K)
     width = c.rollout.get("prompt_width_bucket", UNKEYED_PROMPT_WIDTH)
     cache = os.path.join(cache_lib.warm_start_evaluations_dir(warm_start_key), config_hash(
-        warm_start_key, c.env.to_dict(), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
+        warm_start_key, _env_key(c), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
         c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool,  # task_pool: the held-in set
         WARM_SAMPLES_FROM, *([{"prompt_width_bucket": width}] if width != UNKEYED_PROMPT_WIDTH else [])) + ".json")
     cached = c.sft.enabled and jax.process_count() == 1
@@ -210,3 +215,12 @@ def before_and_after(warm: list[evaluation.TaskSetEval],
 def load_warm_pass_at_k(workdir: str) -> list[evaluation.TaskSetEval]:
   with storage.open(os.path.join(workdir, WARM_PASS_AT_K)) as f:
     return [evaluation.TaskSetEval.from_json(e) for e in json.load(f)]
+
+
+def _env_key(c: Any) -> dict:
+  """config.env as the warm pass@k cache names it: without screen_reading when it is off (the key such entries
+  had before screens could be read)."""
+  env = c.env.to_dict()
+  if not env.get("screen_reading"):
+    env.pop("screen_reading", None)
+  return env

@@ -249,3 +249,22 @@ def test_a_resumed_run_computes_the_warm_start_pass_at_k_of_a_task_set_its_file_
   assert not after.lacks_warm_pass_at_k(str(tmp_path))
   assert [e.label for e in new] == ["warm start / train", "warm start / held-out", "warm start / valid_seen"]
   assert [e.to_json() for e in new[:2]] == [e.to_json() for e in old]
+
+
+def test_screen_diversity_is_eqs_5_and_6_over_the_screens_after_each_step():
+  import types
+
+  e1, e2, e3 = np.eye(3, dtype=np.float32)
+
+  def episode(seed, latents):
+    steps = [types.SimpleNamespace(info={"screen": {"after": {"latent": x}}}) for x in latents]
+    return types.SimpleNamespace(spec=types.SimpleNamespace(seed=seed), steps=steps)
+
+  # Task 0: one episode on three orthogonal screens, one that never leaves its screen. Task 1: one step.
+  tasks = [[episode(0, [e1, e2, e3]), episode(0, [e1, e1])], [episode(1, [e2])]]
+  d = evaluation.screen_diversity(tasks)
+  # d_seq: 3 pairs x 1 / (3 x 2) = 0.5; 0 for the unchanged one and the single step.
+  assert d["d_seq_vis"] == pytest.approx((0.5 + 0.0 + 0.0) / 3)
+  # D_grp of task 0's five screens [e1, e2, e3, e1, e1]: 7 of its 10 pairs differ, / (5 x 4); task 1: 0.
+  assert d["d_grp_vis"] == pytest.approx((7 / 20 + 0.0) / 2)
+  assert evaluation.screen_diversity([[types.SimpleNamespace(steps=[types.SimpleNamespace(info={})])]]) is None
