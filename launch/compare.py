@@ -20,7 +20,10 @@ launch/train.py when the config asks for pass@k). Prints markdown and, with --ou
                    bootstrap CI over runs, the exact sign-flip p over runs and the paired sign-flip p over
                    tasks (does RL improve on the policy it started from?).
   compare.json  the same numbers, plus each method's per-task, seed-averaged pass@k for every k.
-  compare.png   training success and held-out success per iteration, mean +- std over seeds.
+  6. training curves (explore_jax/train/curve_compare.py), for the metrics of CURVE_METRICS the runs log
+     (ScreenExplorer's D_grp, EAPO's revisit share): early vs late window per run, per arm and between arms.
+  compare.png   training success and held-out success per iteration, mean +- std over seeds (and D_grp where
+                logged).
 
 explore_jax/train/stats.py has the methods and why the permutation test is the primary one. Part 3's paired
 test and part 4 need per-task counts: a summary.json entry's "per_task" (TaskSetEval.to_json(): task_ids, samples,
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from explore_jax.train import provenance, stats  # noqa: E402
+from explore_jax.train import curve_compare, provenance, stats  # noqa: E402
 from explore_jax.train.evaluation import (TRAINED, WARM_START, pass_at_k, split_task_set_label,  # noqa: E402
                                           task_set_label)
 
@@ -55,6 +58,8 @@ _TOP_TASKS = flags.DEFINE_integer("top_tasks", 10, "Tasks listed per task set in
 _SKIP_POLICIES = flags.DEFINE_list("skip_policies", [WARM_START],
                                    "Policies (the part of a label before ' / ') left out of the pairwise tests.")
 _LABELS = flags.DEFINE_list("labels", None, "One group name per run, in order (default: each run's config method).")
+_CURVE_WINDOW = flags.DEFINE_integer("curve_window", 5, "Iterations averaged at each end of a training curve "
+                                     "(explore_jax/train/curve_compare.py: D_grp early vs late).")
 
 
 def load(run: str) -> tuple[str, dict, list[dict], str | None, str]:
@@ -409,8 +414,10 @@ def plot(by_method: dict[str, list[tuple[str, list[dict]]]], path: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-  for ax, key in zip(axes, ("success_rate", "eval/success_rate")):
+  keys = ["success_rate", "eval/success_rate"] + [k for k in curve_compare.CURVE_METRICS[:1] if any(
+      k in r for entries in by_method.values() for _, m in entries for r in m)]  # D_grp where a method logs it
+  fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5))
+  for ax, key in zip(axes, keys):
     for method, entries in by_method.items():
       its = sorted({r["iteration"] for _, m in entries for r in m if key in r})
       values = np.array([[next((r[key] for r in m if r["iteration"] == i and key in r), np.nan) for i in its]
@@ -444,7 +451,10 @@ def main(argv):
     curves.setdefault(method, []).append((run, metrics))
   report = analyse(summaries, confidence=_CONFIDENCE.value, resamples=_RESAMPLES.value, seed=_SEED.value,
                    skip_policies=_SKIP_POLICIES.value, warm_starts=warm_starts, machines=machines)
+  report["curves"] = curve_compare.analyse(curves, window=_CURVE_WINDOW.value, confidence=_CONFIDENCE.value,
+                                           resamples=_RESAMPLES.value, seed=_SEED.value)
   text = markdown(summaries, report, list(_KS.value), _TOP_TASKS.value)
+  text += ("\n" + curve_compare.markdown(report["curves"], _CONFIDENCE.value)) if report["curves"] else ""
   print(text, end="")
   if _OUTPUT.value:
     os.makedirs(_OUTPUT.value, exist_ok=True)

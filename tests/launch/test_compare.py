@@ -271,3 +271,20 @@ def test_learning_covers_a_task_set_only_one_method_has(tmp_path):
   assert learnt["b", "held-out"]["difference"] == 0.0
   assert "valid_seen" in str(report["methods"]["a"]["sets"]) and "valid_seen" not in str(report["methods"]["b"])
   assert {c["set"] for c in report["comparisons"]} == {"trained / held-out"}  # the shared warm start is skipped
+
+
+def test_compare_reports_a_logged_diversity_curve_early_against_late(tmp_path):
+  entry = {"pass_at_k": {"1": 0.0}, "tasks_solved_at_least_once": 0, "distinct_outcomes_per_task": 1.0}
+  for name, method, curve in (("a0", "se", [0.1, 0.2, 0.3]), ("a1", "se", [0.1, 0.3, 0.4]),
+                              ("b0", "se_no_world", [0.3, 0.2, 0.1]), ("b1", "se_no_world", [0.2, 0.2, 0.1])):
+    _write_run(tmp_path / name, method, {"trained / train": entry})
+    with open(tmp_path / name / "metrics.jsonl", "w") as f:
+      for i, v in enumerate(curve):
+        f.write(json.dumps({"iteration": i + 1, "success_rate": 0.0, "diversity/d_grp_vis": v}) + "\n")
+  out = _compare(*(tmp_path / n for n in ("a0", "a1", "b0", "b1")), "--ks=1", "--curve_window=1",
+                 f"--output={tmp_path / 'cmp'}")
+  assert "## Training curves: early vs late" in out and "### diversity/d_grp_vis (windows of 1 iterations)" in out
+  assert "| se | 2 | 0.3500 [0.3000, 0.4000] | +0.2500 [+0.2000, +0.3000] | 0.500 |" in out
+  assert "| se - se_no_world | +0.4000 [+0.3000, +0.5000] |" in out
+  curves = json.load(open(tmp_path / "cmp" / "compare.json"))["curves"]
+  assert curves["diversity/d_grp_vis"]["arms"]["se_no_world"]["change"] == pytest.approx([-0.2, -0.1])
