@@ -1,0 +1,36 @@
+"""The ScreenExplorer protocol: the method against its three ablations (configs/screen_explorer_miniwob.py, the
+tiny-vl policy exploring MiniWoB++ pages with no task reward), every arm from one shared warm start (the DOM
+oracle's clicks as JSON replies) over three RL seeds, reported by launch/compare.py. Fixed before any run:
+
+  endpoint   the paper's claim, that the world-model reward overcomes the cold start so that exploration diversity
+             keeps rising instead of collapsing: the change of D_grp of the screens (diversity/d_grp_vis, eq. 6
+             over every after-state of the iteration) from the first 5 to the last 5 iterations of each run
+             (compare.md's training-curve section; curve_compare.py), screen_explorer against
+             se_no_world the primary comparison; beside it the same for the text embeddings (d_grp_text), the
+             trained policy's D_grp on held-out pages (summary.json) and the pages' own success, which the
+             method never trains on
+  arms       screen_explorer (all eight terms), se_no_world (no r_world), se_no_intent (no r_des, r_inter),
+             se_no_sequence (no r_seq); 20 iterations, the actor updated from iteration 6 (the released delay)
+  runs       1 warm start x 3 seeds per arm; the power this buys is stated with the results
+
+  make protocol PROTOCOL=configs/protocols/screen_explorer.py SWEEP_ARGS="--only=screen_explorer,se_no_world"
+
+The `:paper` arms (Qwen2.5-VL-3B, 1000 iterations) are for a device loan and a user's checkpoint.
+"""
+
+from configs import protocols
+
+WARM_STARTS = 1
+SEEDS = 3
+
+CONFIG = "configs/screen_explorer_miniwob.py"
+COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5")
+TERMS = "--config.screen_explorer.terms"
+ARMS = (("screen_explorer", CONFIG, COMMON),
+        ("se_no_world", CONFIG, (*COMMON, f"{TERMS}.world_vis=False", f"{TERMS}.world_text=False")),
+        ("se_no_intent", CONFIG, (*COMMON, f"{TERMS}.des=False", f"{TERMS}.inter=False")),
+        ("se_no_sequence", CONFIG, (*COMMON, f"{TERMS}.seq_vis=False", f"{TERMS}.seq_text=False")))
+
+
+def get_protocol() -> dict:
+  return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)
