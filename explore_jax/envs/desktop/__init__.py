@@ -1,0 +1,64 @@
+"""Desktop-v0: a real X desktop with no task, for ScreenExplorer's open-ended GUI exploration.
+
+What runs (one set per environment, started afresh at every reset):
+
+- Xvfb, the X server, on a display of its own (`-displayfd`: the server picks a free number), a `screen_size`
+  screen at 24 bits, no TCP, no screen saver, drawing into a memory-mapped XWD file (`-fbdir`);
+- openbox, the window manager (one virtual desktop, no animations, its right-click menu of the four
+  programs), and pcmanfm's desktop: icons at fixed cells for Terminal (xterm), Text Editor (mousepad),
+  Calculator (galculator), Files (pcmanfm's file manager), notes.txt and the folder Documents. A double-click
+  opens one; the programs open and save files in the episode's home folder (home.py).
+
+Process model (session.py, on envs/processes.py's `Guarded`, as MiniWoB's browser):
+
+- One `sh` guardian per desktop, in a session of its own, starts Xvfb, openbox once the server serves and
+  pcmanfm's desktop once openbox manages the screen, prints their pids and the display, and waits on a pipe
+  only this process writes to. When the pipe closes -- close(), the next reset(), garbage collection, or this
+  process dying in any way, SIGKILL included -- it kills every process that carries the desktop's marker
+  variable (EXPLORE_JAX_DESKTOP=<its folder>: every program the desktop started, also those that left its
+  process group, as xterm's shell does) and then its own group.
+- Everything lives in one temporary folder per desktop: the framebuffer file, the session's stderr, and the
+  home (HOME, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME), XDG_RUNTIME_DIR and TMPDIR of every program,
+  which also start in the home folder. GSETTINGS_BACKEND=memory, no session bus (GLib programs then run alone),
+  NO_AT_BRIDGE=1, TZ=UTC, LANG=C.UTF-8. The folder goes on close() and at the next reset; should this process
+  die first, a remover waiting on the same pipe removes it once the group is gone, with the display's socket
+  /tmp/.X11-unix/X<n> (and a lock /tmp/.X<n>-lock holding the server's pid), which a killed Xvfb leaves
+  behind, unless a new server listens on that display by then.
+- Faults: before and after every action the session checks that Xvfb, openbox and the desktop run (a zombie
+  counts as dead); a dead one, or a failing xdotool, raises `DesktopError`, which names what died and ends
+  the episode; the next reset() starts a new desktop. A program the agent opened (mousepad, xterm, ...) may
+  die or be closed: that is part of the world, not a fault.
+
+The screen: Xvfb renders into `<folder>/Xvfb_screen0`, an XWD image memory-mapped by numpy (framebuffer.py):
+its header says where the pixels start (header_size + 12 x ncolors) and how they are laid out (32-bit BGRX
+rows of bytes_per_line); a screenshot is a copy of that mapping, pointer included (Xvfb draws it in software),
+with no X request and no screenshot program. Reset waits until the desktop is drawn (the background colour in
+an empty corner, every icon over it, the same screen for 4 polls 50 ms apart).
+
+Determinism: every reset starts a new X server from the same home template (file times fixed to 2024-01-01),
+the pointer at the screen's centre, carets that do not blink (gtk-cursor-blink=false; xterm's does not by
+default), no clock anywhere, openbox's deterministic placement, so equal seeds -- all seeds, since there is one
+starting desktop -- give byte-identical first screenshots. Later screens can depend on timing: a program that
+is slow to open under load may not be drawn yet `settle_s` after the action, and tooltips appear after a delay.
+
+Actions (actions.py): ScreenExplorer's grammar (envs/screen_actions.py) on the screen's own pixel grid (the
+screenshot is the screen, no resizing), each as xdotool runs on the display: Move, Click, RightClick,
+DoubleClick (two clicks 60 ms apart), ScrollUp / ScrollDown (`scroll_clicks` of wheel buttons 4 / 5), Text
+(a click, then the text typed, newlines and tabs as the Return and Tab keys), Key (a chord of X keysyms:
+Ctrl, Alt, Shift, Meta as Super). `settle_s` after each action, then the screen is read.
+
+The environment (a TextEnv): the observation is {"screenshot": uint8 [H, W, 3] read-only, "text": str} with
+text "Desktop" (after an invalid action preceded by "Invalid action: <what was wrong> <the expected form>";
+an invalid action makes no X call and returns the same screenshot); reward 0 always, success False, episodes
+truncate after `max_steps` steps; info["intent"] is a JSON reply's intent, info["state_key"] hashes the text
+with the screenshot's bytes. `oracle_action()` double-clicks the launchers in turn (a warm start's opening
+move). Exploration rewards come from the method (rl/screen_rewards.py).
+
+The terminal is a real shell, run as this process's user, in the episode's home folder: a policy can reach
+whatever that user can. Run the desktop in a container or as an unprivileged user when that matters.
+
+Cost: see benchmarks/README.md ("Desktop-v0"); measured with benchmarks/desktop.py.
+
+Nothing here imports jax; `explore_jax.envs` does not import this package until a Desktop-v0 environment is
+made. Needs Debian's xvfb, openbox, xdotool, x11-utils, pcmanfm, mousepad, galculator and xterm (`make desktop`).
+"""
