@@ -12,7 +12,8 @@ The GUI worlds (miniwob.py's Chromium, desktop/'s X session) start their program
   caller's `cleanup` snippet (sh, with the folder as $0) and removes the folder. `stop()` does the same itself
   (killing the group, waiting until its last member has exited), then kills the remover: a remover only ever
   works after this process died first.
-- `pid_alive` treats a zombie as gone: it runs nothing, and only its parent (a guardian) can reap it.
+- `pid_alive` and `group_alive` treat a zombie as gone: it runs nothing and holds no files, and only its parent
+  (a guardian, or whatever reaps orphans here) can reap it.
 
 No jax, no selenium here: actors import this.
 """
@@ -55,6 +56,30 @@ def pid_alive(pid: int | None) -> bool:
       return True
     except OSError:
       return False
+
+
+def group_alive(pgid: int) -> bool:
+  """Whether a process of process group `pgid` runs (zombies do not: a slow reaper may keep them a second):
+  Linux's /proc, else signal 0 to the group (which counts zombies)."""
+  try:
+    entries = os.listdir("/proc")
+  except OSError:
+    try:
+      os.killpg(pgid, 0)
+      return True
+    except OSError:
+      return False
+  for entry in entries:
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+      return True
+  return False
 
 
 def free_port() -> int:
@@ -134,11 +159,7 @@ class Guarded:
       pass
     self.guardian.wait()
     deadline = time.monotonic() + _STOP_TIMEOUT_S
-    while time.monotonic() < deadline:  # the group's last members are still exiting (closing their files)
-      try:
-        os.killpg(self.guardian.pid, 0)
-      except OSError:
-        break
+    while group_alive(self.guardian.pid) and time.monotonic() < deadline:  # members still exiting (closing files)
       time.sleep(0.01)
     if self.guardian.stdout is not None:
       self.guardian.stdout.close()
