@@ -122,17 +122,18 @@ def test_grammar_keys_become_x_keysyms_and_pointer_actions_xdotool_commands():
   assert args('Key("Shift")') == ["key", "Shift_L"]
   assert args('Key("K")') == ["key", "K"]
   assert args("Move(3, 4)") == ["mousemove", "3", "4"]
-  assert args("RightClick(3, 4)") == ["mousemove", "3", "4", "click", "3"]
-  assert args("DoubleClick(3, 4)")[-5:] == ["--repeat", "2", "--delay", "60", "1"]
+  click = ["click", "--delay", "0"]
+  assert args("RightClick(3, 4)") == ["mousemove", "3", "4", *click, "3"]
+  assert args("DoubleClick(3, 4)") == ["mousemove", "3", "4", *click, "1", "sleep", "0.06", *click, "1"]
   assert args("ScrollUp(3, 4)")[-5:] == ["--repeat", "2", "--delay", "15", "4"]
   assert args("ScrollDown(3, 4)")[-1] == "5"
-  assert args('Text(3, 4, "a b")') == ["mousemove", "3", "4", "click", "1", "type", "--delay", "3", "--", "a b"]
+  assert args('Text(3, 4, "a b")') == ["mousemove", "3", "4", *click, "1", "type", "--delay", "3", "--", "a b"]
   typed = ["type", "--delay", "4", "--"]
   assert xdotool_runs(action('Text(3, 4, "a\\nb\\n\\tc")')) == [
-      ["mousemove", "3", "4", "click", "1", *typed, "a"], ["key", "Return", *typed, "b"],
+      ["mousemove", "3", "4", *click, "1", *typed, "a"], ["key", "Return", *typed, "b"],
       ["key", "Return", "key", "Tab", *typed, "c"]]
   assert xdotool_runs(action('Text(3, 4, "name.txt\\n")'))[-1] == ["sleep", "0.25", "key", "Return"]
-  assert xdotool_runs(action('Text(3, 4, "\\n")')) == [["mousemove", "3", "4", "click", "1", "key", "Return"]]
+  assert xdotool_runs(action('Text(3, 4, "\\n")')) == [["mousemove", "3", "4", *click, "1", "key", "Return"]]
 
 
 def test_bad_arguments_are_refused_before_a_desktop_starts():

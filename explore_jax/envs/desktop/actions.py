@@ -59,16 +59,21 @@ def xdotool_runs(action: ScreenAction, *, scroll_clicks: int = 3, type_delay_ms:
   run = ["mousemove", str(action.x), str(action.y)]
   kind = action.kind
   if kind in ("Click", "RightClick"):
-    run += ["click", _BUTTONS[kind]]
+    run += _click(_BUTTONS[kind])
   elif kind == "DoubleClick":
-    run += ["click", "--repeat", "2", "--delay", str(DOUBLE_CLICK_DELAY_MS), "1"]
+    run += [*_click("1"), "sleep", f"{DOUBLE_CLICK_DELAY_MS / 1e3:g}", *_click("1")]
   elif kind in ("ScrollUp", "ScrollDown"):
     run += ["click", "--repeat", str(scroll_clicks), "--delay", str(SCROLL_DELAY_MS), _BUTTONS[kind]]
   elif kind == "Text":
-    return _typing(run + ["click", "1"], action.text or "", type_delay_ms)
+    return _typing(run + _click("1"), action.text or "", type_delay_ms)
   elif kind != "Move":
     raise ValueError(f"unknown action kind {kind!r}")
   return [run]
+
+
+def _click(button: str) -> list[str]:
+  # xdotool's click sleeps its --delay (100 ms unless told) after every click, the last one too.
+  return ["click", "--delay", "0", button]
 
 
 def _typing(run: list[str], text: str, delay_ms: int) -> list[list[str]]:
