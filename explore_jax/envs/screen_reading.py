@@ -4,10 +4,22 @@ Both run inside actor processes (no jax), on the uint8 [H, W, 3] screenshots of 
 
 - `ocr_boxes(screenshot)`: tesseract (Debian's `tesseract-ocr`, through pytesseract's `image_to_data`) reads
   the screenshot; its words are grouped by (block, paragraph, line) into one `OcrBox` per line, the line's
-  words joined by one space, empty lines dropped, boxes in screenshot pixels. Small screenshots read badly, so
-  the image is scaled up by `upscale` (bicubic) before OCR and the boxes are mapped back. The settings
-  (upscale, page segmentation mode `psm`) are options; their defaults are not yet measured on this project's
-  own screenshots (see benchmarks/README.md once they are).
+  words joined by one space, empty lines dropped, boxes in screenshot pixels with inclusive bounds (x1, y1 the
+  last pixel inside, as rl/screen_rewards.py's `click_hit_text` tests them). The settings, measured on
+  MiniWoB-v0's and an X desktop's screenshots against the words they show (benchmarks/ocr.py; the table and the
+  reasons in benchmarks/README.md, "OCR"):
+  * `gray` (default True): the screenshot goes to tesseract as 8-bit luma. Given RGB, tesseract lost MiniWoB's
+    black-on-yellow task text on many pages (word recall 0.71-0.80 against 0.90-0.95 in gray).
+  * `upscale` (default 3): the image is scaled up (bicubic) before OCR and the boxes mapped back; MiniWoB's
+    11-pixel text reads badly at 1 (recall 0.79).
+  * `psm` (default 3, tesseract's automatic page layout): 6 (one uniform block) reads MiniWoB's single column a
+    little better (at upscale 2: recall 0.94 against the defaults' 0.91, with about 10% less CPU) but lost
+    whole windows and title bars on the desktop (0.93 against 0.97); 11 and 12 (sparse text) read more noise,
+    12 at twice the time; 4 read as 3 did.
+  * tesseract runs on one OpenMP thread: `OMP_THREAD_LIMIT` is set to 1 when the environment does not set it
+    (actors run their tesseracts side by side; on 2 busy cores its threads made a call 1.3-10x slower).
+  About 130 ms of CPU per 160 x 210 MiniWoB screenshot and 330 ms per 640 x 480 desktop at the defaults.
+  Tesseract's legacy engine (--oem 0) is not in Debian's eng.traineddata; the LSTM engine is the only one.
 - `image_latent(name, screenshot)`: a vector per screenshot, chosen by name from `LATENTS`. "patch_stats"
   splits the screen into an 8 x 8 grid of nearly equal cells (any H, W) and keeps, per cell and RGB channel,
   the centred mean (2 mean / 255 - 1) and the scaled standard deviation (2 std / 255): D = 8 * 8 * 3 * 2 =
@@ -20,6 +32,7 @@ Both run inside actor processes (no jax), on the uint8 [H, W, 3] screenshots of 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 import numpy as np
@@ -30,7 +43,9 @@ GRID = 8
 
 @dataclasses.dataclass(frozen=True)
 class OcrBox:
-  """One line of text read from a screenshot: its box in screenshot pixels (x1, y1 exclusive) and text."""
+  """One line of text read from a screenshot: its box in screenshot pixels and its text. The bounds are
+  inclusive: (x0, y0) is the box's first pixel and (x1, y1) its last, so a point (x, y) is on the box when
+  x0 <= x <= x1 and y0 <= y <= y1 (rl/screen_rewards.py's `click_hit_text`)."""
 
   x0: int
   y0: int
@@ -42,15 +57,20 @@ class OcrBox:
     return [self.x0, self.y0, self.x1, self.y1, self.text]
 
 
-def ocr_boxes(screenshot: np.ndarray, *, upscale: int = 2, psm: int = 3, lang: str = "eng") -> list[OcrBox]:
-  """Line-level OCR boxes of a uint8 [H, W, 3] screenshot, in reading order (tesseract's)."""
+def ocr_boxes(screenshot: np.ndarray, *, upscale: int = 3, psm: int = 3, gray: bool = True,
+              lang: str = "eng") -> list[OcrBox]:
+  """Line-level OCR boxes of a uint8 [H, W, 3] screenshot, in reading order (tesseract's); the settings as in
+  the module docstring."""
   import pytesseract  # only where OCR runs
 
   if upscale < 1:
     raise ValueError(f"upscale must be at least 1, got {upscale}")
+  # One OpenMP thread per tesseract unless the caller's environment says otherwise (module docstring).
+  os.environ.setdefault("OMP_THREAD_LIMIT", "1")
   height, width = screenshot.shape[:2]
   with Image.fromarray(np.ascontiguousarray(screenshot, dtype=np.uint8)) as image:
-    scaled = image.resize((width * upscale, height * upscale), Image.Resampling.BICUBIC) if upscale > 1 else image
+    source = image.convert("L") if gray else image
+    scaled = source.resize((width * upscale, height * upscale), Image.Resampling.BICUBIC) if upscale > 1 else source
     data = pytesseract.image_to_data(scaled, lang=lang, config=f"--psm {psm}",
                                      output_type=pytesseract.Output.DICT)
   lines: dict[tuple[int, int, int], list[int]] = {}
@@ -61,11 +81,12 @@ def ocr_boxes(screenshot: np.ndarray, *, upscale: int = 2, psm: int = 3, lang: s
   for indices in lines.values():
     left = min(data["left"][i] for i in indices)
     top = min(data["top"][i] for i in indices)
-    right = max(data["left"][i] + data["width"][i] for i in indices)
+    right = max(data["left"][i] + data["width"][i] for i in indices)  # exclusive, in scaled pixels
     bottom = max(data["top"][i] + data["height"][i] for i in indices)
     text = " ".join(data["text"][i].strip() for i in indices)
-    boxes.append(OcrBox(left // upscale, top // upscale, min(width, -(-right // upscale)),
-                        min(height, -(-bottom // upscale)), text))
+    # The last scaled pixel inside (right - 1) lies in the screenshot pixel (right - 1) // upscale.
+    boxes.append(OcrBox(left // upscale, top // upscale, min(width - 1, (right - 1) // upscale),
+                        min(height - 1, (bottom - 1) // upscale), text))
   return boxes
 
 
