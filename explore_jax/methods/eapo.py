@@ -251,10 +251,12 @@ class EAPO(Method):
     live = np.flatnonzero(rows["valid"])
     size = int(self.config.eapo.q_phi.batch_size)
     score = _jitted_scores(self.model)
-    for start in range(0, len(live), size):
-      idx = live[start:start + size]
+    chunks = [live[start:start + size] for start in range(0, len(live), size)]
+    outputs = []
+    for idx in chunks:  # every batch queued before one transfer back
       part = _padded({k: rows[k][idx] for k in ("tokens", "attention", "target")}, size)
-      s, c = jax.device_get(score(params, part["tokens"], part["attention"], part["target"]))
+      outputs.append(score(params, part["tokens"], part["attention"], part["target"]))
+    for idx, (s, c) in zip(chunks, jax.device_get(outputs)):
       sums[idx], counts[idx] = np.asarray(s)[:len(idx)], np.asarray(c)[:len(idx)]
     return sums, counts
 
@@ -275,7 +277,6 @@ class EAPO(Method):
     import gymnasium
 
     from explore_jax.methods.eapo_rollback import verified_rollbacks
-    from explore_jax.train.rollout import environment
 
     r = self.config.eapo.rollback
     finished = [res for res in results if not res.dropped and res.steps]

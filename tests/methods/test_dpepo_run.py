@@ -2,14 +2,10 @@
 cold start on the diverse oracle's parallel demonstrations, a rollout in 4 copies, W_t into the update, a
 checkpoint."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import train_runs
+
 RUN = ("--config=configs/dpepo_keydoor.py", "--config.train.num_iterations=1", "--config.sft.steps=2",
        "--config.sft.batch_size=8", "--config.sft.oracle_episodes=4", "--config.env.kwargs.num_rooms=3",
        "--config.env.kwargs.max_steps=8", "--config.env.max_steps=8", "--config.rollout.num_tasks=2",
@@ -20,13 +16,7 @@ RUN = ("--config=configs/dpepo_keydoor.py", "--config.train.num_iterations=1", "
 
 @pytest.mark.slow
 def test_dpepo_trains_an_iteration_in_parallel_copies(tmp_path):
-  env = {**os.environ, "EXPLORE_JAX_CACHE": str(tmp_path / "cache")}
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a user has
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "train.py"), *RUN,
-                        f"--workdir={tmp_path / 'run'}"], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
-  assert run.returncode == 0, run.stderr[-3000:]
-  (row,) = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  (row,) = train_runs.train(tmp_path, RUN)
   # Two SFT steps teach no format: what matters here is that the run's parts meet (the parallel world, its prompt
   # within the budget, W_t into the update); the weights' values are checked by hand in test_dpepo.py.
   assert row["truncated_prompts"] == 0.0 and row["episode_length"] <= 8

@@ -3,13 +3,11 @@ warm start on the oracle's field answers, a rollout in the fields world, q_phi t
 scoring them, the (state, depth) grouping, a rollback SFT request and a checkpoint with q_phi in it."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import train_runs
+
 RUN = ("--config=configs/eapo_keydoor.py", "--config.train.num_iterations=1", "--config.sft.steps=2",
        "--config.sft.batch_size=8", "--config.sft.oracle_episodes=4", "--config.env.kwargs.num_rooms=3",
        "--config.env.kwargs.max_steps=6", "--config.env.max_steps=6", "--config.rollout.num_tasks=2",
@@ -21,13 +19,7 @@ RUN = ("--config=configs/eapo_keydoor.py", "--config.train.num_iterations=1", "-
 
 @pytest.mark.slow
 def test_eapo_trains_an_iteration_with_q_phi(tmp_path):
-  env = {**os.environ, "EXPLORE_JAX_CACHE": str(tmp_path / "cache")}
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a user has
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "train.py"), *RUN,
-                        f"--workdir={tmp_path / 'run'}"], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
-  assert run.returncode == 0, run.stderr[-3000:]
-  (row,) = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  (row,) = train_runs.train(tmp_path, RUN)
   # Two SFT steps teach no format, so most answers are malformed (no q_phi targets): what matters here is that the
   # parts meet; q_phi's arithmetic is checked against an independent scoring in test_eapo.py.
   assert row["truncated_prompts"] == 0.0 and row["episode_length"] <= 6

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from tests import train_runs
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN = ("--config=configs/empo2_twx.py", "--config.train.num_iterations=2", "--config.sft.steps=4",
        "--config.sft.oracle_episodes=8", "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2",
@@ -40,8 +42,7 @@ def method_state(workdir, step):
 
 @pytest.mark.slow
 def test_empo2_killed_and_resumed_gives_the_uninterrupted_run(tmp_path):
-  env = {**os.environ, "EXPLORE_JAX_CACHE": str(tmp_path / "cache")}
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a user has
+  env = train_runs.user_environment(tmp_path)  # one CPU device, as a user has
   straight = train(tmp_path / "straight", env)
   assert straight.returncode == 0, straight.stderr[-3000:]
   first = metrics(tmp_path / "straight")

@@ -5,14 +5,12 @@ the distillation stream and a checkpoint with the world model in it."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from explore_jax.train import sft_data
+from tests import train_runs
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN = ("--config=configs/screen_explorer_miniwob.py", "--config.train.num_iterations=2", "--config.rl.first_update=1",
        "--config.screen_explorer.distill.from_iteration=0", "--config.sft.steps=2", "--config.sft.batch_size=4",
        "--config.sft.oracle_episodes=4", "--config.eval.every=0", "--config.eval.passk_samples=0",
@@ -22,13 +20,7 @@ RUN = ("--config=configs/screen_explorer_miniwob.py", "--config.train.num_iterat
 
 @pytest.mark.slow
 def test_screen_explorer_explores_two_iterations_with_its_world_model(tmp_path):
-  env = {**os.environ, "EXPLORE_JAX_CACHE": str(tmp_path / "cache")}
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a user has
-  run = subprocess.run([sys.executable, os.path.join(REPO, "launch", "train.py"), *RUN,
-                        f"--workdir={tmp_path / 'run'}"], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
-  assert run.returncode == 0, run.stderr[-3000:]
-  first, second = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+  first, second = train_runs.train(tmp_path, RUN)
   # Two SFT steps teach no format, so most replies are malformed (gated to 0): what matters here is that the parts
   # meet; the terms' arithmetic is checked against rl/screen_rewards.py in test_screen_explorer.py.
   for row in (first, second):
