@@ -209,3 +209,22 @@ def test_clear_intent_and_config_errors():
   c.env.screen_reading = {}
   with pytest.raises(ValueError, match="env.screen_reading"):
     make_method(c)
+
+
+def test_the_desktop_config_warm_starts_on_json_replies_over_its_own_screenshots():
+  from configs import screen_explorer_desktop
+  from explore_jax.envs.screen_actions import parse_response
+  from explore_jax.train import rollout
+
+  c = screen_explorer_desktop.get_config()
+  env_id, kwargs = rollout.environment(c, {**c.env.kwargs, "max_steps": 2}, demonstrations=True)
+  assert env_id == "explore_jax/ScreenReading-v0" and kwargs["env"] == "explore_jax/Desktop-v0"
+  demos = sft_data.oracle_sft_demos(env_id, kwargs, [0], make_method(c).prompt_hook())
+  assert len(demos) == 2
+  for d in demos:
+    (image,) = d["images"]
+    assert image.shape == tuple(c.rollout.image_shape)
+    action, error = parse_response(d["response"], 320, 240)
+    assert action is not None and action.kind == "DoubleClick", error
+    assert screen_explorer.clear_intent(action.intent)
+    assert d["messages"][0]["content"] == screen_explorer.SYSTEM_PROMPT
