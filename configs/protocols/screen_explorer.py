@@ -12,6 +12,8 @@ oracle's clicks as JSON replies) over three RL seeds, reported by launch/compare
   arms       screen_explorer (all eight terms), se_no_world (no r_world), se_no_intent (no r_des, r_inter),
              se_no_sequence (no r_seq); 20 iterations, the actor updated from iteration 6 (the released delay)
   runs       1 warm start x 3 seeds per arm; the power this buys is stated with the results
+  distilled  the first screen_explorer run's stream (iterations 10-19) fine-tuned into the base policy
+             (`:distill`), evaluated with launch/eval.py beside the base and that run's RL policy
 
   make protocol PROTOCOL=configs/protocols/screen_explorer.py SWEEP_ARGS="--only=screen_explorer,se_no_world"
 
@@ -24,7 +26,9 @@ WARM_STARTS = 1
 SEEDS = 3
 
 CONFIG = "configs/screen_explorer_miniwob.py"
-COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5")
+# The experience stream from iteration 10 on, so that each run leaves steps to distil (the paper's 30 is past 20).
+COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5",
+          "--config.screen_explorer.distill.from_iteration=10")
 TERMS = "--config.screen_explorer.terms"
 ARMS = (("screen_explorer", CONFIG, COMMON),
         ("se_no_world", CONFIG, (*COMMON, f"{TERMS}.world_vis=False", f"{TERMS}.world_text=False")),
