@@ -9,15 +9,16 @@ Both run inside actor processes (no jax), on the uint8 [H, W, 3] screenshots of 
   MiniWoB-v0's and an X desktop's screenshots against the words they show (benchmarks/ocr.py; the table and the
   reasons in benchmarks/README.md, "OCR"):
   * `gray` (default True): the screenshot goes to tesseract as 8-bit luma. Given RGB, tesseract lost MiniWoB's
-    black-on-yellow task text on many pages (word recall 0.71-0.80 against 0.90-0.95 in gray).
+    black-on-yellow task text on many pages (word recall 0.71-0.80 at upscale 2-4, 0.90-0.95 in gray).
   * `upscale` (default 3): the image is scaled up (bicubic) before OCR and the boxes mapped back; MiniWoB's
     11-pixel text reads badly at 1 (recall 0.79).
   * `psm` (default 3, tesseract's automatic page layout): 6 (one uniform block) reads MiniWoB's single column a
-    little better (at upscale 2: recall 0.94 against the defaults' 0.91, with about 10% less CPU) but lost
-    whole windows and title bars on the desktop (0.93 against 0.97); 11 and 12 (sparse text) read more noise,
-    12 at twice the time; 4 read as 3 did.
+    little better (at upscale 2: recall 0.94 against the defaults' 0.91, with about 7% less CPU) but lost
+    title bars and whole lines of a second window on the desktop (0.93 against 0.97); 11 and 12 (sparse text)
+    read more noise, 12 at twice the time; 4 read as 3 did.
   * tesseract runs on one OpenMP thread: `OMP_THREAD_LIMIT` is set to 1 when the environment does not set it
-    (actors run their tesseracts side by side; on 2 busy cores its threads made a call 1.3-10x slower).
+    (actors run their tesseracts side by side; on 2 busy cores its threads made a call 5-15x slower at the
+    defaults).
   About 130 ms of CPU per 160 x 210 MiniWoB screenshot and 330 ms per 640 x 480 desktop at the defaults.
   Tesseract's legacy engine (--oem 0) is not in Debian's eng.traineddata; the LSTM engine is the only one.
 - `image_latent(name, screenshot)`: a vector per screenshot, chosen by name from `LATENTS`. "patch_stats"
