@@ -87,7 +87,8 @@ class ScreenReader(gymnasium.Wrapper):
     env_kwargs: keyword arguments for `gymnasium.make` when `env` is an id.
     latent: the image latent's name (`screen_reading.LATENTS`).
     ocr: whether to read the screen's text (boxes are [] otherwise).
-    ocr_options: keyword arguments of `screen_reading.ocr_boxes` (upscale, psm, lang).
+    ocr_options: keyword arguments of `screen_reading.ocr_boxes` (gray, upscale, psm, lang; its defaults are
+      measured in benchmarks/README.md, "OCR").
     oracle: "world" or "boxes" (module docstring).
   """
 
