@@ -85,6 +85,7 @@ def add_config(c: Any) -> Any:
   d.enabled = True
   d.from_iteration = 30         # "episode >= 30" (0-based iterations; one iteration is the paper's episode)
   d.min_intent_words = 3        # clear_intent's shortest intent
+  s.snapshots_every = 5         # every N iterations the first episode's screens and replies in <workdir>/screens/
   return c
 
 
@@ -308,7 +309,11 @@ class ScreenExplorer(Method):
 
   # ---- the experience stream -------------------------------------------------------------------------
   def observe_update(self, iteration: int, records: Any, advantages: Any, valid: np.ndarray) -> dict[str, float]:
-    """Keeps this iteration's distillation steps (module docstring) in <workdir>/distill/iter_<n>.jsonl."""
+    """Keeps this iteration's distillation steps (module docstring) in <workdir>/distill/iter_<n>.jsonl, and
+    every `snapshots_every` iterations a snapshot of what the agent did."""
+    every = int(self.config.screen_explorer.get("snapshots_every", 0))
+    if every > 0 and iteration % every == 0 and self.workdir and self._results:
+      self._snapshot(iteration)
     d = self.config.screen_explorer.distill
     if not d.enabled or iteration < int(d.from_iteration) or not self.workdir:
       return {}
@@ -334,6 +339,26 @@ class ScreenExplorer(Method):
     os.makedirs(folder, exist_ok=True)
     kept = sft_data.write_demonstrations(os.path.join(folder, f"iter_{iteration:06d}.jsonl"), demos)
     return {"distill/steps_kept": float(kept)}
+
+
+  def _snapshot(self, iteration: int) -> None:
+    """<workdir>/screens/iter_<n>/: the first episode's screenshot before each step (step_<t>.png) and the
+    replies with their rewards' inputs (steps.json): what the agent looked at and what it did."""
+    import json
+
+    from PIL import Image
+
+    result = self._results[min(self._results)]
+    folder = os.path.join(self.workdir, "screens", f"iter_{iteration:06d}")
+    os.makedirs(folder, exist_ok=True)
+    steps = []
+    for t, s in enumerate(result.steps):
+      if isinstance(s.observation, dict) and "screenshot" in s.observation:
+        Image.fromarray(np.asarray(s.observation["screenshot"], np.uint8)).save(os.path.join(folder, f"step_{t}.png"))
+      steps.append({"step": t, "reply": s.response_text, "action": s.info.get("action"),
+                    "intent": s.info.get("intent", ""), "format_ok": bool(s.format_reward > 0)})
+    with open(os.path.join(folder, "steps.json"), "w") as f:
+      json.dump({"iteration": iteration, "trajectory": int(result.spec.traj_id), "steps": steps}, f, indent=1)
 
 
 def _screens(step: Any) -> dict[str, Any]:

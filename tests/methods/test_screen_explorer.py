@@ -228,3 +228,18 @@ def test_the_desktop_config_warm_starts_on_json_replies_over_its_own_screenshots
     assert action is not None and action.kind == "DoubleClick", error
     assert screen_explorer.clear_intent(action.intent)
     assert d["messages"][0]["content"] == screen_explorer.SYSTEM_PROMPT
+
+
+def test_snapshots_keep_the_first_episodes_screens_and_replies(tmp_path):
+  import json
+
+  m = method(workdir=str(tmp_path), snapshots_every=5)
+  r = records(m, EPISODES)
+  m.observe(EPISODES, training=True)
+  m.observe_update(3, r, np.zeros(5), r.valid)
+  assert not (tmp_path / "screens").exists()
+  m.observe_update(5, r, np.zeros(5), r.valid)
+  folder = tmp_path / "screens" / "iter_000005"
+  assert sorted(p.name for p in folder.iterdir()) == ["step_0.png", "step_1.png", "step_2.png", "steps.json"]
+  steps = json.load(open(folder / "steps.json"))["steps"]
+  assert [s["format_ok"] for s in steps] == [True, False, True] and steps[0]["intent"] == "Open the File menu"
