@@ -57,7 +57,13 @@ move). Exploration rewards come from the method (rl/screen_rewards.py).
 The terminal is a real shell, run as this process's user, in the episode's home folder: a policy can reach
 whatever that user can. Run the desktop in a container or as an unprivileged user when that matters.
 
-Cost: see benchmarks/README.md ("Desktop-v0"); measured with benchmarks/desktop.py.
+Cost (2 cores under a load average of 4-8, benchmarks/desktop.py; benchmarks/README.md "Desktop-v0"): a reset
+(the old desktop stopped, a new one started and drawn) takes 0.5-0.6 s at 640x480 or 1920x1080; a step's X
+work is 8-90 ms (Click / Move ~10, Key ~25, ScrollDown ~57, DoubleClick ~70, Text ~85 at 640x480) plus
+`settle_s`; a screenshot is a 0.5 ms (640x480) to 2 ms (1920x1080) copy; an invalid action costs no X time.
+The first desktop holds about 90 MiB PSS (shared libraries included), each further one 25-35 MiB before the
+policy opens programs. At settle_s 0.3, 4 desktops in 4 processes gave 3.7x the steps/s of one (9.2 steps/s):
+the settle time dominates a step.
 
 Nothing here imports jax; `explore_jax.envs` does not import this package until a Desktop-v0 environment is
 made. Needs Debian's xvfb, openbox, xdotool, x11-utils, pcmanfm, mousepad, galculator and xterm (`make desktop`).
