@@ -136,6 +136,16 @@ def test_grammar_keys_become_x_keysyms_and_pointer_actions_xdotool_commands():
   assert xdotool_runs(action('Text(3, 4, "\\n")')) == [["mousemove", "3", "4", *click, "1", "key", "Return"]]
 
 
+def test_importing_the_envs_package_loads_no_desktop_and_the_desktop_no_jax():
+  code = ("import sys, explore_jax.envs, gymnasium; "
+          "assert 'explore_jax/Desktop-v0' in gymnasium.registry; "
+          "before = [m for m in sys.modules if 'desktop' in m]; "
+          "import explore_jax.envs.desktop.env; "
+          "print(before, 'jax' in sys.modules)")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+  assert result.stdout.strip() == "[] False"
+
+
 def test_bad_arguments_are_refused_before_a_desktop_starts():
   with pytest.raises(ValueError, match="screen_size"):
     DesktopEnv(screen_size=(100, 100))
