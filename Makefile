@@ -51,7 +51,9 @@ browser:
 DESKTOP_PACKAGES := xvfb openbox xdotool x11-utils mousepad pcmanfm galculator xterm scrot tesseract-ocr
 desktop:
 	@if command -v Xvfb >/dev/null 2>&1 && command -v openbox >/dev/null 2>&1 && command -v xdotool >/dev/null 2>&1 \
-	  && command -v tesseract >/dev/null 2>&1 && command -v mousepad >/dev/null 2>&1; then :; \
+	  && command -v tesseract >/dev/null 2>&1 && command -v mousepad >/dev/null 2>&1 \
+	  && command -v pcmanfm >/dev/null 2>&1 && command -v galculator >/dev/null 2>&1 \
+	  && command -v xterm >/dev/null 2>&1 && command -v xprop >/dev/null 2>&1; then :; \
 	else \
 	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  echo "Installing the desktop's X server, applications and tesseract (apt)"; \

@@ -114,7 +114,7 @@ class Session:
 
   @property
   def alive(self) -> bool:
-    return (self._group is not None and self._group.alive and not self.failed
+    return (self._group is not None and self._group.alive
             and all(processes.pid_alive(p) for p in (self.xvfb_pid, self.openbox_pid, self.desktop_pid)))
 
   def start(self) -> None:
@@ -163,8 +163,11 @@ class Session:
     """DesktopError when a process the desktop needs has died (`what` names the call that found out)."""
     if self._group is None:
       raise DesktopError("no desktop is running; reset() starts one")
-    if self.alive:
+    if self.alive and not self.failed:
       return
+    if self.alive:
+      raise DesktopError(f"an earlier X call of this desktop failed, before {what}; the next reset() starts a new "
+                         f"desktop")
     self.failed = True
     dead = [name for name, pid in (("Xvfb (the X server)", self.xvfb_pid), ("openbox (the window manager)",
                                    self.openbox_pid), ("pcmanfm's desktop", self.desktop_pid))
