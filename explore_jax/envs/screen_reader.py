@@ -10,7 +10,8 @@ observations {"screenshot": uint8 [H, W, 3], "text": ...} (MiniWoB-v0, Desktop-v
 with S = {"latent": float32 [D], "boxes": [[x0, y0, x1, y1, text], ...]}: the screenshot's image latent
 (`screen_reading.image_latent`, chosen by name) and its line-level OCR boxes in screenshot pixels, bounds
 inclusive (`screen_reading.ocr_boxes`; [] with ocr off). A screenshot is read once: a step that leaves it as
-it was (an invalid action, a click on nothing) reuses the reading by the screenshot's digest. Responses, rewards,
+it was (an invalid action, a click on nothing) reuses the reading by the screenshot's digest (each info gets
+its own copy). Responses, rewards,
 the episode's end and the other info keys are the world's own; the response goes to the world as written, so a
 JSON reply's intent reaches it (info["intent"]).
 
@@ -128,13 +129,18 @@ class ScreenReader(gymnasium.Wrapper):
     observation, info = self.env.reset(seed=seed, options=options)
     self._rng = np.random.default_rng(None if seed is None else [int(seed), 0x5C4EE7])
     self._screen, self._digest = {}, b""
-    return observation, {**info, "screen": {"after": self.read(observation["screenshot"])}}
+    self.read(observation["screenshot"])
+    return observation, {**info, "screen": {"after": self._copy()}}
 
   def step(self, action: Any):
-    before = self._screen
+    before = self._copy()
     observation, reward, terminated, truncated, info = self.env.step(action)
-    after = self.read(observation["screenshot"])
-    return observation, reward, terminated, truncated, {**info, "screen": {"before": before, "after": after}}
+    self.read(observation["screenshot"])
+    return observation, reward, terminated, truncated, {**info, "screen": {"before": before, "after": self._copy()}}
+
+  def _copy(self) -> dict[str, Any]:
+    """The current S as new objects: a caller that keeps one step's info never sees another's change."""
+    return {"latent": self._screen["latent"].copy(), "boxes": [list(b) for b in self._screen["boxes"]]}
 
   # ---- the oracle -----------------------------------------------------------------------------------
 
