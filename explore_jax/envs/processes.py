@@ -100,17 +100,20 @@ class Guarded:
     cwd: the guardian's working folder (None: this process's).
     cleanup: a sh snippet run once the group is gone, before the folder goes ($0 is the folder).
     name: the guardian's $0, as `ps` shows it.
+    prefix: a command the guardian's `sh` runs under, one that execs it in the same process (`unshare --net --`,
+      `setpriv ... --`): the guardian keeps its pid and its session.
   """
 
   def __init__(self, script: str, args: Sequence[str], workdir: str, *, env: Mapping[str, str] | None = None,
-               cwd: str | None = None, cleanup: str = "", name: str = "explore_jax-guardian"):
+               cwd: str | None = None, cleanup: str = "", name: str = "explore_jax-guardian",
+               prefix: Sequence[str] = ()):
     self.workdir, self.cleanup = workdir, cleanup
     self._stopped = False
     read_end, write_end = os.pipe()
     try:
       self.guardian = subprocess.Popen(
-          ["sh", "-c", script, name, *args], stdin=read_end, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-          start_new_session=True, env=None if env is None else dict(env), cwd=cwd)
+          [*prefix, "sh", "-c", script, name, *args], stdin=read_end, stdout=subprocess.PIPE,
+          stderr=subprocess.DEVNULL, start_new_session=True, env=None if env is None else dict(env), cwd=cwd)
       self.remover = subprocess.Popen(
           ["sh", "-c", _REMOVER, workdir, str(self.guardian.pid), cleanup], stdin=read_end,
           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

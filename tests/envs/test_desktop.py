@@ -14,13 +14,14 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 import gymnasium
 import numpy as np
 import pytest
 
 import explore_jax.envs  # noqa: F401  (registers the ids)
-from explore_jax.envs.desktop import home
+from explore_jax.envs.desktop import confine, home
 from explore_jax.envs.desktop.actions import xdotool_runs
 from explore_jax.envs.desktop.env import DesktopEnv
 from explore_jax.envs.desktop.framebuffer import XWD_FIELDS, Framebuffer, parse_header
@@ -166,7 +167,7 @@ def env():
 def test_the_framebuffer_is_the_screen_an_x_client_captures(env, tmp_path):
   observation, _ = env.reset(seed=0)
   capture = tmp_path / "scrot.png"
-  subprocess.run(["scrot", "-o", str(capture)], env={**os.environ, "DISPLAY": env.session.display}, check=True,
+  subprocess.run(["scrot", "-o", str(capture)], env={**os.environ, **env.session.x_env}, check=True,
                  timeout=30)
   from PIL import Image
   with Image.open(capture) as image:
@@ -364,6 +365,77 @@ def test_nothing_outlives_close_or_the_owning_process(tmp_path):
   assert wait_until(lambda: not os.path.exists(workdir), timeout_s=30)
   assert wait_until(lambda: not os.path.exists(x_socket(display)) or
                     f" {x_socket(display)}\n" in open("/proc/net/unix").read(), timeout_s=30)
+
+
+def terminal_run(env, lines, done, timeout_s=20):
+  """Open the terminal, wait until it takes typed input, type `lines` (each Text at most 128 characters, then
+  Enter) and wait for the file `done` in the home folder; its text."""
+  env.step(f"DoubleClick({TERMINAL[0]}, {TERMINAL[1]})")
+  assert wait_until(lambda: any(open(f"/proc/{p}/comm").read().strip() == "xterm"
+                                for p in marked_processes(env.session.workdir)), timeout_s=timeout_s)
+  ready, home_folder = pathlib.Path(env.home) / "ready", pathlib.Path(env.home)
+  for _ in range(4):  # the terminal may still be mapping its window
+    env.step('Text(320, 240, "touch ready\\n")')
+    if wait_until(ready.exists, timeout_s=timeout_s / 4):
+      break
+  else:
+    raise AssertionError("the terminal took no typed command")
+  for line in lines:
+    env.step(f'Text(320, 240, "{line}\\n")')
+  assert wait_until((home_folder / done).exists, timeout_s=timeout_s), lines
+  return (home_folder / done).read_text()
+
+
+def test_the_terminal_runs_unprivileged_without_network_and_writes_only_its_own_files(env):
+  confined = confine.confinement()
+  if not (confined.drops_privileges or confined.network or os.getuid() != 0):
+    pytest.skip(f"this machine confines nothing: {'; '.join(confined.missing)}")
+  env.reset(seed=0)
+  workdir, tag = pathlib.Path(env.session.workdir), f"jx{os.getpid()}"
+  outside = [pathlib.Path("/root") / tag, pathlib.Path("/etc") / tag]
+  if confined.drops_privileges:  # (a user's own desktop may write what that user may)
+    outside += [ROOT / tag, workdir / "Xvfb_screen0", workdir / "xserver"]
+  made = [path for path in outside if path.name == tag]
+  assert not any(path.exists() for path in made)
+  before = {path: path.stat().st_size for path in outside if path.exists()}
+  # The agent's side: typed lines; each check prints w<touch's status>; the answers are renamed once complete.
+  lines = ["t() { (: >>$1) 2>/dev/null; echo w$?; }", "id -u >p.txt"]
+  lines += [f"t {path} >>p.txt" for path in outside]
+  lines += ["(cat /etc/shadow; echo w$? >>p.txt) >/dev/null 2>&1",
+            "cat /proc/net/dev /proc/net/route >>p.txt; mv p.txt probe.txt"]
+  try:
+    answers = terminal_run(env, lines, "probe.txt").splitlines()
+    shell = [p for p in marked_processes(str(workdir)) if open(f"/proc/{p}/comm").read().strip() == "bash"]
+    after = {path: path.stat().st_size for path in outside if path.exists()}
+  finally:
+    for path in made:
+      path.unlink(missing_ok=True)
+  uid = int(answers[0])
+  refused = [int(line[1:]) != 0 for line in answers if line.startswith("w")]
+  assert len(refused) == len(outside) + 1 and all(refused), answers  # nothing outside its folders, no shadow
+  assert after == before, (before, after)  # (no file made, none grown)
+  assert shell and all(os.stat(f"/proc/{p}").st_uid == uid for p in shell)
+  if os.getuid() == 0 and confined.drops_privileges:
+    assert uid == confined.uid != 0 and (pathlib.Path(env.home) / "probe.txt").stat().st_uid == uid
+  if confined.network:
+    interfaces = [line.split(":")[0].strip() for line in answers if ":" in line and "|" not in line]
+    routes = [line for line in answers if not line.startswith("Iface") and line.count("\t") >= 7]
+    assert interfaces == ["lo"] and routes == [], answers  # /proc/net/dev: the loopback only; no route at all
+    assert os.readlink(f"/proc/{shell[0]}/ns/net") != os.readlink("/proc/self/ns/net")
+  assert env.step("Move(9, 9)")[4]["format_ok"]  # the desktop still serves, to the cookie's holders only
+  anyone = {**env.session.x_env, "XAUTHORITY": os.devnull}
+  assert subprocess.run(["xdotool", "getmouselocation"], env=anyone, capture_output=True, timeout=30).returncode != 0
+  if confined.missing:
+    pytest.skip(f"checked what this machine confines; it lacks: {'; '.join(confined.missing)}")
+
+
+def test_a_machine_that_refuses_a_namespace_or_the_user_gets_one_warning_naming_it(monkeypatch):
+  monkeypatch.setattr(confine.shutil, "which", lambda name: None)
+  with pytest.warns(RuntimeWarning, match="no network namespace") as caught:
+    confined = confine.confinement.__wrapped__()
+  assert len(caught) == 1 and not confined.network and confined.guardian == ()
+  if os.getuid() == 0:
+    assert "the programs run as root" in str(caught[0].message) and not confined.drops_privileges
 
 
 def test_gymnasium_make_builds_it_with_its_screen_size_and_the_oracle_opens_a_program():

@@ -2,8 +2,10 @@
 
 What runs (one set per environment, started afresh at every reset):
 
-- Xvfb, the X server, on a display of its own (`-displayfd`: the server picks a free number), a `screen_size`
-  screen at 24 bits, no TCP, no screen saver, drawing into a memory-mapped XWD file (`-fbdir`);
+- Xvfb, the X server, on a display of its own (the guardian takes the first number without a lock or socket
+  in /tmp; Xvfb's lock /tmp/.X<n>-lock settles a race), a `screen_size` screen at 24 bits, no TCP, no screen
+  saver, a cookie of its own (MIT-MAGIC-COOKIE-1 in <folder>/xauth), drawing into a memory-mapped XWD file
+  (`-fbdir`);
 - openbox, the window manager (one virtual desktop, no animations, its right-click menu of the four
   programs), and pcmanfm's desktop: icons at fixed cells for Terminal (xterm), Text Editor (mousepad),
   Calculator (galculator), Files (pcmanfm's file manager), notes.txt and the folder Documents. A double-click
@@ -17,13 +19,15 @@ Process model (session.py, on envs/processes.py's `Guarded`, as MiniWoB's browse
   process dying in any way, SIGKILL included -- it kills every process that carries the desktop's marker
   variable (EXPLORE_JAX_DESKTOP=<its folder>: every program the desktop started, also those that left its
   process group, as xterm's shell does) and then its own group.
-- Everything lives in one temporary folder per desktop: the framebuffer file, the session's stderr, and the
-  home (HOME, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME), XDG_RUNTIME_DIR and TMPDIR of every program,
-  which also start in the home folder. GSETTINGS_BACKEND=memory, no session bus (GLib programs then run alone),
-  NO_AT_BRIDGE=1, TZ=UTC, LANG=C.UTF-8. The folder goes on close() and at the next reset; should this process
-  die first, a remover waiting on the same pipe removes it once the group is gone, with the display's socket
-  /tmp/.X11-unix/X<n> (and a lock /tmp/.X<n>-lock holding the server's pid), which a killed Xvfb leaves
-  behind, unless a new server listens on that display by then.
+- Everything lives in one temporary folder per desktop: the framebuffer file, the cookie, the session's
+  stderr, and the home (HOME, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME), XDG_RUNTIME_DIR and TMPDIR of
+  every program, which also start in the home folder. GSETTINGS_BACKEND=memory, no session bus (GLib programs
+  then run alone), NO_AT_BRIDGE=1, TZ=UTC, LANG=C.UTF-8. The folder goes on close() and at the next reset;
+  should this process die first, a remover waiting on the same pipe removes it once the group is gone, with
+  the display's lock /tmp/.X<n>-lock (holding the server's pid) and socket /tmp/.X11-unix/X<n>, which a killed
+  Xvfb leaves behind, unless another server holds that display by then.
+- The guardian runs as this process's user (in the desktop's network namespace); the programs it starts run
+  as the confinement below says. The remover and the cleanup run here, outside both.
 - Faults: before and after every action the session checks that Xvfb, openbox and the desktop run (a zombie
   counts as dead); a dead one, or a failing xdotool, raises `DesktopError`, which names what died and ends
   the episode; the next reset() starts a new desktop. A program the agent opened (mousepad, xterm, ...) may
@@ -54,8 +58,32 @@ truncate after `max_steps` steps; info["intent"] is a JSON reply's intent, info[
 with the screenshot's bytes. `oracle_action()` double-clicks the launchers in turn (a warm start's opening
 move). Exploration rewards come from the method (rl/screen_rewards.py).
 
-The terminal is a real shell, run as this process's user, in the episode's home folder: a policy can reach
-whatever that user can. Run the desktop in a container or as an unprivileged user when that matters.
+Confinement (confine.py, probed once per process). The terminal is a real shell a policy types any command
+into, so the desktop's programs -- Xvfb and everything on it -- run without this process's privileges and
+without network:
+
+- as root, every program starts through `setpriv` as nobody:nogroup (no groups, no capabilities, an empty
+  bounding set, no_new_privs: a setuid program gains nothing); the session's folder stays root's (0711) and
+  only its home, run and tmp folders and the Xauthority file are nobody's. The framebuffer file is handed back
+  to root once Xvfb has mapped it, and the guardian's bookkeeping (xserver, session.log) is root's, so a
+  program can neither shrink the mapping this process reads nor steer the cleanup, which runs as root. So the
+  shell cannot write /root, /etc or the checkout, read /etc/shadow, or signal this process;
+- the guardian, and so every program, starts in a network namespace of its own (`unshare --net`; as another
+  user `unshare --user --map-current-user --net`, else `-rn`): only a loopback that is down, no route. X
+  needs no network: clients fall back from the abstract socket (per namespace) to /tmp/.X11-unix/X<n>, which
+  xdotool, run here as this process's user with the cookie, reaches from outside;
+- the X server takes connections with the cookie only (no `-ac`): a process without the file cannot reach it.
+
+Where the machine refuses a part (no setpriv or user nobody, `unshare` denied), the desktop runs without it
+and the first desktop of the process warns once (RuntimeWarning) naming what is missing.
+
+What it does not protect against: the programs still read whatever any user may read (the checkout, when it is
+world-readable, /etc/passwd) and write where any user may (/tmp, /var/tmp, /dev/shm); all desktops of the
+machine share the user nobody, so one desktop's shell can reach another's folders, cookie, X server and
+processes, and any other process of nobody's; it can fill the disk or memory and use the CPUs (no quotas,
+no cgroup); a program that drops the marker variable and leaves the session (`env -i setsid ...`) outlives
+the desktop's cleanup; and a kernel or X server exploit is out of scope. As another user the programs keep
+that user's file access. Run the desktop in a container (or a VM) when that matters.
 
 Cost (2 cores under a load average of 4-8, benchmarks/desktop.py; benchmarks/README.md "Desktop-v0"): a reset
 (the old desktop stopped, a new one started and drawn) takes 0.5-0.6 s at 640x480 or 1920x1080; a step's X

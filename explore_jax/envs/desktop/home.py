@@ -118,19 +118,21 @@ def write_home(home: str, width: int, height: int) -> None:
   os.utime(home, (FILE_TIME, FILE_TIME))
 
 
-def session_environment(workdir: str, marker: str) -> dict[str, str]:
-  """The variables every program of the session starts with: its own home, runtime and temporary folders, no
-  session bus (GLib programs then run alone instead of finding each other), no accessibility bus, UTC, C.UTF-8;
-  `marker` tags every descendant, so that the guardian finds those that left its process group."""
+def session_environment(workdir: str, marker: str, user: str | None = None) -> dict[str, str]:
+  """The variables every program of the session starts with: its own home, runtime and temporary folders, the
+  display's Xauthority file, no session bus (GLib programs then run alone instead of finding each other), no
+  accessibility bus, UTC, C.UTF-8; `marker` tags every descendant, so that the guardian finds those that left
+  its process group; `user` names the programs' user (None: this process's)."""
   home = os.path.join(workdir, "home")
-  user = pwd.getpwuid(os.getuid()).pw_name
+  user = user or pwd.getpwuid(os.getuid()).pw_name
   return {
       "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
       "HOME": home, "USER": user, "LOGNAME": user,
       "SHELL": "/bin/bash", "TERM": "xterm", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
       "XDG_CONFIG_HOME": os.path.join(home, ".config"), "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
       "XDG_CACHE_HOME": os.path.join(home, ".cache"), "XDG_RUNTIME_DIR": os.path.join(workdir, "run"),
-      "TMPDIR": os.path.join(workdir, "tmp"), "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
+      "TMPDIR": os.path.join(workdir, "tmp"), "XAUTHORITY": os.path.join(workdir, "xauth"),
+      "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
       "GTK_A11Y": "none", "DBUS_SESSION_BUS_ADDRESS": "disabled:", "XDG_CURRENT_DESKTOP": "LXDE",
       "EXPLORE_JAX_DESKTOP": marker,
   }

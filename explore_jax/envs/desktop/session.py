@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 from explore_jax.envs import processes
-from explore_jax.envs.desktop import home
+from explore_jax.envs.desktop import confine, home
 from explore_jax.envs.desktop.framebuffer import Framebuffer
 
 PROGRAMS = ("Xvfb", "openbox", "pcmanfm", "xdotool", "xprop", "xterm", "mousepad", "galculator")
@@ -23,14 +23,21 @@ DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.05
 _STABLE_POLLS = 4       # the starting desktop counts as drawn once this many polls in a row read the same screen
 _LOG_LINES = 15
-# The guardian ($1: the session's folder, $2: the screen as WxHxDEPTH): starts Xvfb (which writes its display
-# number to $1/display once it serves), then openbox and, once openbox manages the screen, pcmanfm's desktop;
-# prints the three pids and the display, one a line; then waits for its stdin to close and kills every process
-# that carries this session's marker (a program the desktop started may have left the group: xterm's shell
-# starts a session of its own) and its own process group. $1/xserver keeps "<Xvfb's pid> <display>" for the
-# cleanup of the display's lock and socket.
+_X_SOCKETS = "/tmp/.X11-unix"
+_MAX_DISPLAYS = 20     # displays the guardian tries (one taken meanwhile by another server costs one try)
+# The guardian ($1: the session's folder, $2: the screen as WxHxDEPTH, then the programs' prefix, confine.py's):
+# picks the first display with neither a lock /tmp/.X<n>-lock nor a socket /tmp/.X11-unix/X<n>, writes a new
+# cookie for it into $1/xauth (one Xauthority entry: FamilyWild 0xffff, no address, the display's number,
+# MIT-MAGIC-COOKIE-1, 16 random bytes; the file is the programs' user's, 0600) and starts Xvfb on it, which takes
+# the display's lock (another server that took it meanwhile makes Xvfb exit: the next display is tried); once
+# the server answers (xprop, with the cookie), hands the framebuffer to this process's user (so the programs
+# cannot shrink or rewrite it), starts openbox and, once openbox manages the screen, pcmanfm's desktop; prints
+# the three pids and the display, one a line; then waits for its stdin to close and kills every process that
+# carries this session's marker (a program the desktop started may have left the group: xterm's shell starts a
+# session of its own) and its own process group. $1/xserver keeps "<Xvfb's pid> <display>" for the cleanup of
+# the display's lock and socket.
 _GUARDIAN = r"""
-dir="$1"; log="$1/session.log"
+dir="$1"; screen="$2"; shift 2; log="$dir/session.log"
 finish() {
   cat >/dev/null
   for f in $(grep -lzxF "EXPLORE_JAX_DESKTOP=$EXPLORE_JAX_DESKTOP" /proc/[0-9]*/environ 2>/dev/null); do
@@ -39,37 +46,51 @@ finish() {
   done
   kill -KILL 0
 }
-Xvfb -displayfd 3 -screen 0 "$2" -fbdir "$dir" -nolisten tcp -s 0 -dpms -noreset 3>"$dir/display" \
-  </dev/null >/dev/null 2>>"$log" &
-x="$!"
-echo "$x"
-i=0
-until [ -s "$dir/display" ]; do
-  if ! kill -0 "$x" 2>/dev/null || [ "$i" -ge 600 ]; then echo "Xvfb did not serve a display"; finish; fi
-  sleep 0.05; i=$((i + 1))
+n=0; tries=0; served=""
+while [ -z "$served" ]; do
+  while [ -e "/tmp/.X$n-lock" ] || [ -e "/tmp/.X11-unix/X$n" ]; do n=$((n + 1)); done
+  tries=$((tries + 1))
+  if [ "$tries" -gt MAX_DISPLAYS ]; then echo "Xvfb did not serve a display (tried $((tries - 1)))"; finish; fi
+  cookie=""; for b in $(od -An -N16 -to1 /dev/urandom); do cookie="$cookie\\$b"; done
+  printf "\\377\\377\\0\\0\\0\\$(printf %03o "${#n}")$n\\0\\22MIT-MAGIC-COOKIE-1\\0\\20$cookie" >"$dir/xauth"
+  export DISPLAY=":$n"
+  "$@" Xvfb "$DISPLAY" -auth "$dir/xauth" -screen 0 "$screen" -fbdir "$dir" -nolisten tcp -s 0 -dpms -noreset \
+    </dev/null >/dev/null 2>>"$log" &
+  x="$!"
+  i=0
+  until xprop -root _NET_SUPPORTED >/dev/null 2>&1; do
+    kill -0 "$x" 2>/dev/null || break
+    if [ "$i" -ge 600 ]; then echo "Xvfb did not serve $DISPLAY"; finish; fi
+    sleep 0.05; i=$((i + 1))
+  done
+  if kill -0 "$x" 2>/dev/null; then served=1; else n=$((n + 1)); fi
 done
-export DISPLAY=":$(cat "$dir/display")"
+chown "$(id -u):$(id -g)" "$dir/Xvfb_screen0"; chmod 0644 "$dir/Xvfb_screen0"
 echo "$x $DISPLAY" >"$dir/xserver"
-openbox </dev/null >/dev/null 2>>"$log" &
+echo "$x"
+"$@" openbox </dev/null >/dev/null 2>>"$log" &
 echo "$!"
 i=0
 until xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q "window id"; do
   [ "$i" -lt 600 ] || break
   sleep 0.05; i=$((i + 1))
 done
-pcmanfm --desktop </dev/null >/dev/null 2>>"$log" &
+"$@" pcmanfm --desktop </dev/null >/dev/null 2>>"$log" &
 echo "$!"
 echo "$DISPLAY"
 finish
-"""
-# Removes what a killed Xvfb leaves of its display ($0 is the session's folder): the socket /tmp/.X11-unix/X<n>,
-# unless a server listens on that path again (/proc/net/unix lists the bound ones), and a lock /tmp/.X<n>-lock
-# that holds its pid (Xvfb takes no lock with -displayfd; the check costs nothing should a version do so).
+""".replace("MAX_DISPLAYS", str(_MAX_DISPLAYS))
+# Removes what a killed Xvfb leaves of its display ($0 is the session's folder): its lock /tmp/.X<n>-lock (which
+# holds its pid) and the socket /tmp/.X11-unix/X<n>, unless another server holds the display by then (a lock
+# with another pid, or, for a server in this network namespace without a lock, a bound socket in /proc/net/unix).
 _CLEANUP = r"""
 if read x d <"$0/xserver" 2>/dev/null; then
   n="${d#:}"
-  grep -q " /tmp/.X11-unix/X$n\$" /proc/net/unix 2>/dev/null || rm -f "/tmp/.X11-unix/X$n"
-  if [ "$(tr -d ' \n' <"/tmp/.X$n-lock" 2>/dev/null)" = "$x" ]; then rm -f "/tmp/.X$n-lock"; fi
+  l="$(tr -d ' \n' <"/tmp/.X$n-lock" 2>/dev/null)"
+  if [ -z "$l" ] || [ "$l" = "$x" ]; then
+    grep -q " /tmp/.X11-unix/X$n\$" /proc/net/unix 2>/dev/null || rm -f "/tmp/.X11-unix/X$n"
+    [ -z "$l" ] || rm -f "/tmp/.X$n-lock"
+  fi
 fi
 """
 
@@ -113,6 +134,11 @@ class Session:
     return os.path.join(self.workdir, "home")
 
   @property
+  def x_env(self) -> dict[str, str]:
+    """The environment an X client of this desktop runs with (DISPLAY, XAUTHORITY, PATH, HOME)."""
+    return dict(self._x_env)
+
+  @property
   def alive(self) -> bool:
     return (self._group is not None and self._group.alive
             and all(processes.pid_alive(p) for p in (self.xvfb_pid, self.openbox_pid, self.desktop_pid)))
@@ -120,17 +146,27 @@ class Session:
   def start(self) -> None:
     """Start a fresh desktop from the home template (closing the current one, if any); wait until it is drawn."""
     self.close()
+    confined = confine.confinement()
     self.workdir = tempfile.mkdtemp(prefix="explore_jax-desktop-")
     try:
+      os.chmod(self.workdir, 0o711)  # this process's: the programs reach their folders in it by name only
       for folder, mode in (("run", 0o700), ("tmp", 0o700)):
         os.mkdir(os.path.join(self.workdir, folder), mode)
       home.write_home(self.home, self.width, self.height)
+      for name in ("xauth", "Xvfb_screen0"):  # the guardian fills them in; Xvfb opens them as the programs' user
+        os.close(os.open(os.path.join(self.workdir, name), os.O_CREAT | os.O_WRONLY, 0o600))
+      for name in ("home", "run", "tmp", "xauth", "Xvfb_screen0"):
+        confine.hand_over(os.path.join(self.workdir, name), confined)
+      if confined.drops_privileges and not os.path.isdir(_X_SOCKETS):  # root's, as X clients expect it to be
+        os.makedirs(_X_SOCKETS, exist_ok=True)
+        os.chmod(_X_SOCKETS, 0o1777)
     except BaseException:
       shutil.rmtree(self.workdir, ignore_errors=True)
       raise
-    env = home.session_environment(self.workdir, marker=self.workdir)
-    self._group = processes.Guarded(_GUARDIAN, [self.workdir, f"{self.width}x{self.height}x24"], self.workdir,
-                                    env=env, cwd=self.home, cleanup=_CLEANUP, name="explore_jax-desktop")
+    env = home.session_environment(self.workdir, marker=self.workdir, user=confined.user)
+    self._group = processes.Guarded(_GUARDIAN, [self.workdir, f"{self.width}x{self.height}x24", *confined.program],
+                                    self.workdir, env=env, cwd=self.home, cleanup=_CLEANUP,
+                                    name="explore_jax-desktop", prefix=confined.guardian)
     self._finalizer = weakref.finalize(self, processes.stop, self._group)
     self.starts += 1
     self.failed = False
@@ -141,7 +177,8 @@ class Session:
       self.display = self._group.readline()
       if not self.display.startswith(":"):
         raise OSError(f"the guardian printed no display ({self.display!r})")
-      self._x_env = {"DISPLAY": self.display, "PATH": env["PATH"], "HOME": self.home}
+      self._x_env = {"DISPLAY": self.display, "XAUTHORITY": env["XAUTHORITY"], "PATH": env["PATH"],
+                     "HOME": self.home}
       self.framebuffer = Framebuffer(os.path.join(self.workdir, "Xvfb_screen0"))
       if (self.framebuffer.width, self.framebuffer.height) != (self.width, self.height):
         raise ValueError(f"Xvfb's screen is {self.framebuffer.width}x{self.framebuffer.height}, not "
