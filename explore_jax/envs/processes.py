@@ -1,6 +1,6 @@
 """Child processes that never outlive their environment: a guardian `sh` in a session of its own, and a remover.
 
-The GUI worlds (miniwob.py's Chromium, desktop/'s X session) start their programs through `Guarded`:
+The GUI worlds (miniwob_browser.py's Chromium, desktop/'s X session) start their programs through `Guarded`:
 
 - The guardian is a `sh -c SCRIPT` in a new session (so its process group is its own). SCRIPT starts the
   programs in the background, prints what the caller needs (pids, one a line), then waits on its stdin --
