@@ -257,8 +257,11 @@ class ScreenExplorer(Method):
     seen = np.zeros(n, bool)
     pred_latent, pred_text = np.zeros_like(x["se_after_latent"]), np.zeros_like(x["se_after_text"])
     if "latent" in kept:  # (no outputs at all where the world model saw no step)
-      seen[:len(kept["seen"])] = np.asarray(kept["seen"])[:n]
-      pred_latent[seen], pred_text[seen] = np.asarray(kept["latent"])[seen], np.asarray(kept["text"])[seen]
+      # The kept rows run to the last record the world model saw (train/aux_models.last_outputs), not to N.
+      m = min(n, len(kept["seen"]))
+      seen[:m] = np.asarray(kept["seen"])[:m]
+      rows = np.flatnonzero(seen)
+      pred_latent[rows], pred_text[rows] = np.asarray(kept["latent"])[rows], np.asarray(kept["text"])[rows]
     terms = {
         "inst_vis": lambda: sr.instant_change(x["se_before_latent"], x["se_after_latent"]),
         "inst_text": lambda: sr.instant_change(x["se_before_text"], x["se_after_text"]),

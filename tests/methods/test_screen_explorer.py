@@ -134,8 +134,9 @@ def test_kept_predictions_drive_the_world_terms_and_a_perfect_one_gives_zero():
   r = records(m, EPISODES)
   n = len(r.valid)
   after_latent, after_text = r.extras["se_after_latent"], r.extras["se_after_text"]
-  kept = {"seen": np.array([True, False, True, True, False]), "latent": after_latent.copy(),
-          "text": np.zeros_like(after_text)}
+  # As train/aux_models.last_outputs keeps them: rows up to the last record the world model saw (row 3 of 5).
+  kept = {"seen": np.array([True, False, True, True]), "latent": after_latent[:4].copy(),
+          "text": np.zeros_like(after_text[:4])}
   kept["latent"][2] = -after_latent[2]  # the opposite screen: surprise 2
   out = m.intrinsic_rewards(r, {}, {"world_model": kept})
   np.testing.assert_allclose(out["se_world_vis"], [0.0, 0.0, 2.0, 0.0, 0.0], atol=1e-5)
