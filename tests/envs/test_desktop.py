@@ -432,7 +432,7 @@ def test_the_terminal_runs_unprivileged_without_network_and_writes_only_its_own_
 def test_a_machine_that_refuses_a_namespace_or_the_user_gets_one_warning_naming_it(monkeypatch):
   monkeypatch.setattr(confine.shutil, "which", lambda name: None)
   with pytest.warns(RuntimeWarning, match="no network namespace") as caught:
-    confined = confine.confinement.__wrapped__()
+    confined = confine._probe.__wrapped__()
   assert len(caught) == 1 and not confined.network and confined.guardian == ()
   if os.getuid() == 0:
     assert "the programs run as root" in str(caught[0].message) and not confined.drops_privileges

@@ -21,12 +21,14 @@ import os
 import pwd
 import shutil
 import subprocess
+import threading
 import warnings
 
 UNPRIVILEGED_USER = "nobody"
 UNPRIVILEGED_GROUPS = ("nogroup", "nobody")
 _SETPRIV_FLAGS = ("--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 _PROBE_TIMEOUT_S = 30
+_PROBE_LOCK = threading.Lock()  # environments start in threads: one probe, one warning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +80,14 @@ def _unprivileged_ids() -> tuple[int, int, str] | None:
   return user.pw_uid, gid, user.pw_name
 
 
-@functools.lru_cache(maxsize=1)
 def confinement() -> Confinement:
   """This process's Confinement, probed on first use (the tools run, `true` in the namespace as the user)."""
+  with _PROBE_LOCK:
+    return _probe()
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> Confinement:
   unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
   missing: list[str] = []
   uid, gid = os.getuid(), os.getgid()
@@ -113,7 +120,7 @@ def confinement() -> Confinement:
                    + "): the programs share this machine's network")
   if missing:
     warnings.warn("Desktop-v0 cannot fully confine its programs here: " + "; ".join(missing), RuntimeWarning,
-                  stacklevel=3)
+                  stacklevel=4)
   return Confinement(guardian, program, uid, gid, user, bool(guardian), tuple(missing))
 
 
