@@ -4,7 +4,7 @@ What runs (one set per environment, started afresh at every reset):
 
 - Xvfb, the X server, on a display of its own (the guardian takes the first number without a lock or socket
   in /tmp; Xvfb's lock /tmp/.X<n>-lock settles a race), a `screen_size` screen at 24 bits, no TCP, no screen
-  saver, a cookie of its own (MIT-MAGIC-COOKIE-1 in <folder>/xauth), drawing into a memory-mapped XWD file
+  saver, a cookie of its own (MIT-MAGIC-COOKIE-1 in <folder>/cookie), drawing into a memory-mapped XWD file
   (`-fbdir`);
 - openbox, the window manager (one virtual desktop, no animations, its right-click menu of the four
   programs), and pcmanfm's desktop: icons at fixed cells for Terminal (xterm), Text Editor (mousepad),
@@ -64,15 +64,17 @@ without network:
 
 - as root, every program starts through `setpriv` as nobody:nogroup (no groups, no capabilities, an empty
   bounding set, no_new_privs: a setuid program gains nothing); the session's folder stays root's (0711) and
-  only its home, run and tmp folders and the Xauthority file are nobody's. The framebuffer file is handed back
-  to root once Xvfb has mapped it, and the guardian's bookkeeping (xserver, session.log) is root's, so a
-  program can neither shrink the mapping this process reads nor steer the cleanup, which runs as root. So the
-  shell cannot write /root, /etc or the checkout, read /etc/shadow, or signal this process;
+  only its home, run and tmp folders are nobody's. The framebuffer file is handed back to root once Xvfb has
+  mapped it, and the guardian's bookkeeping (xserver, session.log) is root's, so a program can neither shrink
+  the mapping this process reads nor steer the cleanup, which runs as root. So the shell cannot write /root,
+  /etc or the checkout, read /etc/shadow, or signal this process;
 - the guardian, and so every program, starts in a network namespace of its own (`unshare --net`; as another
   user `unshare --user --map-current-user --net`, else `-rn`): only a loopback that is down, no route. X
   needs no network: clients fall back from the abstract socket (per namespace) to /tmp/.X11-unix/X<n>, which
   xdotool, run here as this process's user with the cookie, reaches from outside;
 - the X server takes connections with the cookie only (no `-ac`): a process without the file cannot reach it.
+  <folder>/cookie is root's and readable by the group nogroup (Xvfb and the programs read it, none can change
+  it), so this process reads no file the programs can write.
 
 Where the machine refuses a part (no setpriv or user nobody, `unshare` denied), the desktop runs without it
 and the first desktop of the process warns once (RuntimeWarning) naming what is missing.

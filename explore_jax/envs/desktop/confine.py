@@ -3,7 +3,8 @@
 - As root: the guardian starts in a new network namespace (`unshare --net`), still root, and starts every
   program through `setpriv` as nobody:nogroup (no supplementary groups, no capabilities, an empty bounding set,
   no_new_privs, so a setuid program gains nothing). The session's folder is root's; the home, runtime and
-  temporary folders, the Xauthority file and the framebuffer (until Xvfb has opened it) are nobody's.
+  temporary folders and the framebuffer (until Xvfb has opened it) are nobody's; the cookie is root's, which
+  the group nogroup may read.
 - As another user: the programs already lack root's privileges; the guardian starts in a new user and network
   namespace (`unshare --user --map-current-user --net`, else `unshare -rn`) where user namespaces work.
 

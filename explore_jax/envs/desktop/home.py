@@ -131,7 +131,7 @@ def session_environment(workdir: str, marker: str, user: str | None = None) -> d
       "SHELL": "/bin/bash", "TERM": "xterm", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
       "XDG_CONFIG_HOME": os.path.join(home, ".config"), "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
       "XDG_CACHE_HOME": os.path.join(home, ".cache"), "XDG_RUNTIME_DIR": os.path.join(workdir, "run"),
-      "TMPDIR": os.path.join(workdir, "tmp"), "XAUTHORITY": os.path.join(workdir, "xauth"),
+      "TMPDIR": os.path.join(workdir, "tmp"), "XAUTHORITY": os.path.join(workdir, "cookie"),
       "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
       "GTK_A11Y": "none", "DBUS_SESSION_BUS_ADDRESS": "disabled:", "XDG_CURRENT_DESKTOP": "LXDE",
       "EXPLORE_JAX_DESKTOP": marker,

@@ -27,8 +27,9 @@ _X_SOCKETS = "/tmp/.X11-unix"
 _MAX_DISPLAYS = 20     # displays the guardian tries (one taken meanwhile by another server costs one try)
 # The guardian ($1: the session's folder, $2: the screen as WxHxDEPTH, then the programs' prefix, confine.py's):
 # picks the first display with neither a lock /tmp/.X<n>-lock nor a socket /tmp/.X11-unix/X<n>, writes a new
-# cookie for it into $1/xauth (one Xauthority entry: FamilyWild 0xffff, no address, the display's number,
-# MIT-MAGIC-COOKIE-1, 16 random bytes; the file is the programs' user's, 0600) and starts Xvfb on it, which takes
+# cookie for it into $1/cookie (one Xauthority entry: FamilyWild 0xffff, no address, the display's number,
+# MIT-MAGIC-COOKIE-1, 16 random bytes; every client's XAUTHORITY, this process's file that the programs' group
+# may only read) and starts Xvfb on it, which takes
 # the display's lock (another server that took it meanwhile makes Xvfb exit: the next display is tried); once
 # the server answers (xprop, with the cookie), hands the framebuffer to this process's user (so the programs
 # cannot shrink or rewrite it), starts openbox and, once openbox manages the screen, pcmanfm's desktop; prints
@@ -52,9 +53,10 @@ while [ -z "$served" ]; do
   tries=$((tries + 1))
   if [ "$tries" -gt MAX_DISPLAYS ]; then echo "Xvfb did not serve a display (tried $((tries - 1)))"; finish; fi
   cookie=""; for b in $(od -An -N16 -to1 /dev/urandom); do cookie="$cookie\\$b"; done
-  printf "\\377\\377\\0\\0\\0\\$(printf %03o "${#n}")$n\\0\\22MIT-MAGIC-COOKIE-1\\0\\20$cookie" >"$dir/xauth"
+  entry="\\377\\377\\0\\0\\0\\$(printf %03o "${#n}")$n\\0\\22MIT-MAGIC-COOKIE-1\\0\\20$cookie"
+  (umask 077; printf "$entry" >"$dir/cookie")
   export DISPLAY=":$n"
-  "$@" Xvfb "$DISPLAY" -auth "$dir/xauth" -screen 0 "$screen" -fbdir "$dir" -nolisten tcp -s 0 -dpms -noreset \
+  "$@" Xvfb "$DISPLAY" -auth "$dir/cookie" -screen 0 "$screen" -fbdir "$dir" -nolisten tcp -s 0 -dpms -noreset \
     </dev/null >/dev/null 2>>"$log" &
   x="$!"
   i=0
@@ -153,10 +155,13 @@ class Session:
       for folder, mode in (("run", 0o700), ("tmp", 0o700)):
         os.mkdir(os.path.join(self.workdir, folder), mode)
       home.write_home(self.home, self.width, self.height)
-      for name in ("xauth", "Xvfb_screen0"):  # the guardian fills them in; Xvfb opens them as the programs' user
+      for name in ("cookie", "Xvfb_screen0"):  # the guardian fills them in; Xvfb opens them as the programs' user
         os.close(os.open(os.path.join(self.workdir, name), os.O_CREAT | os.O_WRONLY, 0o600))
-      for name in ("home", "run", "tmp", "xauth", "Xvfb_screen0"):
+      for name in ("home", "run", "tmp", "Xvfb_screen0"):
         confine.hand_over(os.path.join(self.workdir, name), confined)
+      if confined.drops_privileges:  # theirs to read, not to change
+        os.chown(os.path.join(self.workdir, "cookie"), os.getuid(), confined.gid)
+        os.chmod(os.path.join(self.workdir, "cookie"), 0o640)
       if confined.drops_privileges and not os.path.isdir(_X_SOCKETS):  # root's, as X clients expect it to be
         os.makedirs(_X_SOCKETS, exist_ok=True)
         os.chmod(_X_SOCKETS, 0o1777)
