@@ -31,13 +31,13 @@ The environment (a TextEnv: grammar, invalid actions, info keys and step limit a
   inference server's batching, not on the policy), so an episode ends when the task ends it or after
   `max_steps` steps. The reward is the task's raw reward, without MiniWoB's time decay, paid at the step
   that ends the task (in [-1, 1]; some tasks give partial credit); `success` is raw reward > 0.
-- Observation: a gymnasium Dict {"screenshot": uint8 [H, W, 3], "text": str}. The screenshot is the task
-  area (160 x 210 CSS pixels at the top-left of the page) resized to `screenshot_size` = (H, W) if given,
-  a read-only array (an invalid action returns the same one). "text" is what a TextEnv would return: the raw
-  observation "Task: <utterance>", after an invalid action preceded by "Invalid action: <what was
-  wrong> <the expected form>". `raw_observation()` is that text; info["state_key"] hashes it together with
-  the screenshot's bytes (the utterance alone is constant through an episode). render_mode "rgb_array"
-  renders the screenshot, "ansi" the text.
+- Observation (a ScreenWorld, envs/screen_world.py, as Desktop-v0's): a gymnasium Dict {"screenshot": uint8
+  [H, W, 3], "text": str}. The screenshot is the task area (160 x 210 CSS pixels at the top-left of the
+  page) resized to `screenshot_size` = (H, W) if given, a read-only array (an invalid action returns the
+  same one). "text" is what a TextEnv would return: the raw observation "Task: <utterance>", after an
+  invalid action preceded by "Invalid action: <what was wrong> <the expected form>". `raw_observation()`
+  is that text; info["state_key"] hashes it together with the screenshot's bytes (the utterance alone is
+  constant through an episode). render_mode "rgb_array" renders the screenshot, "ansi" the text.
 - Actions: the model's response, parsed by `screen_actions.parse_response` on the screenshot's pixel grid
   (0 <= x < W, 0 <= y < H, mapped to CSS pixels by the resize factor). Click, RightClick, DoubleClick and
   Move are WebDriver pointer actions; ScrollUp/ScrollDown turn the wheel by `scroll_pixels` at the point;
@@ -60,21 +60,20 @@ environment is made.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from typing import Any, Sequence
 
 import numpy as np
-from gymnasium import spaces
 from PIL import Image
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 
 from explore_jax.envs import screen_actions
-from explore_jax.envs.base import Outcome, TextEnv, excerpt, state_key, task_index, text_space, world_text
+from explore_jax.envs.base import Outcome, excerpt, task_index, world_text
 from explore_jax.envs.miniwob_browser import (  # noqa: F401  (the browser's names, importable from here too)
     DEFAULT_TIMEOUT_S, HTML_DIR, TASK_HEIGHT, TASK_WIDTH, WINDOW_SIZE, Browser, MiniWoBBrowserError, find_browser)
 from explore_jax.envs.screen_actions import ScreenAction
+from explore_jax.envs.screen_world import ScreenWorld
 
 TASKS = tuple(sorted(p.stem for p in HTML_DIR.glob("*.html")))
 SPLITS = ("train", "dev", "test")
@@ -170,7 +169,7 @@ class _PageState:
   utterance: str
 
 
-class MiniWoBEnv(TextEnv):
+class MiniWoBEnv(ScreenWorld):
   """MiniWoB++ tasks in headless Chromium: screenshot + utterance in, ScreenExplorer actions out.
 
   Args:
@@ -185,7 +184,7 @@ class MiniWoBEnv(TextEnv):
     render_mode: None, "ansi" (the text) or "rgb_array" (the screenshot).
   """
 
-  metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
+  fault = MiniWoBBrowserError  # a failed browser call: the next reset() starts a new browser
 
   def __init__(self, task: str | Sequence[str] = "click-button", split: str = "train", max_steps: int = 10,
                screenshot_size: Sequence[int] | None = None, scroll_pixels: int = 50, wait_ms: float = 0.0,
@@ -199,22 +198,13 @@ class MiniWoBEnv(TextEnv):
     height, width = (TASK_HEIGHT, TASK_WIDTH) if screenshot_size is None else map(int, screenshot_size)
     if height < 1 or width < 1:
       raise ValueError(f"screenshot_size must be two positive sizes (height, width), got {screenshot_size!r}")
-    super().__init__(max_steps=max_steps, render_mode=render_mode)
+    super().__init__(width, height, max_steps=max_steps, render_mode=render_mode)
     self.tasks, self.split = tasks, split
-    self.height, self.width = height, width
     self.scroll_pixels, self.wait_ms = int(scroll_pixels), float(wait_ms)
-    self.response_format = screen_actions.response_format(width, height)
-    self.observation_space = spaces.Dict({
-        "screenshot": spaces.Box(0, 255, (height, width, 3), np.uint8),
-        "text": text_space(),
-    })
     self.task_name = tasks[0]
     self.page_seed = ""
     self.utterance = ""
-    self.screenshot = np.zeros((height, width, 3), np.uint8)
     self.raw_reward = 0.0
-    self.intent = ""
-    self._screen_digest = ""
     self._seed: int | None = None
     self.browser = Browser(timeout_s)
     self.browser.start()
@@ -227,22 +217,7 @@ class MiniWoBEnv(TextEnv):
 
   def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
     self._seed = seed
-    text, info = super().reset(seed=seed, options=options)
-    return self._dict(text), info
-
-  def step(self, response: Any):
-    self.intent = ""
-    try:
-      text, reward, terminated, truncated, info = super().step(response)
-    except MiniWoBBrowserError:
-      self._ended = True  # the episode is lost; reset() starts a new browser
-      raise
-    return self._dict(text), reward, terminated, truncated, info
-
-  def render(self) -> Any:
-    if self.render_mode == "rgb_array":
-      return self.screenshot
-    return super().render()
+    return super().reset(seed=seed, options=options)
 
   def close(self) -> None:
     self.browser.close()
@@ -253,7 +228,7 @@ class MiniWoBEnv(TextEnv):
     self.task_name = self.tasks[task_index(options, self._seed, self.num_tasks, self.np_random)]
     seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
     self.page_seed = f"{self.split}-{seed}"
-    self.raw_reward, self.intent = 0.0, ""
+    self.raw_reward = 0.0
     for attempt in range(2):  # a browser found dead or failing is replaced once
       try:
         self.browser.ensure_running()
@@ -267,12 +242,6 @@ class MiniWoBEnv(TextEnv):
 
   def raw_observation(self) -> str:
     return f"Task: {self.utterance}"
-
-  def parse_action(self, text: Any) -> tuple[ScreenAction | None, str]:
-    return screen_actions.parse_response(text, self.width, self.height)
-
-  def action_text(self, action: ScreenAction) -> str:
-    return screen_actions.format_action(action)
 
   def _apply(self, action: ScreenAction) -> Outcome:
     self.intent = action.intent
@@ -295,12 +264,7 @@ class MiniWoBEnv(TextEnv):
 
   def _extra_info(self) -> dict[str, Any]:
     return {"task_name": self.task_name, "seed": self.page_seed, "raw_reward": float(self.raw_reward),
-            "intent": self.intent}
-
-  def _info(self, *, feedback: str) -> dict[str, Any]:
-    info = super()._info(feedback=feedback)
-    info["state_key"] = state_key(f"{self.raw_observation()}\nScreen: {self._screen_digest}")
-    return info
+            **super()._extra_info()}
 
   # ---- the oracle ---------------------------------------------------------------------------------------
 
@@ -354,10 +318,7 @@ class MiniWoBEnv(TextEnv):
     if (self.height, self.width) != (TASK_HEIGHT, TASK_WIDTH):
       with Image.fromarray(screen) as image:
         screen = np.asarray(image.resize((self.width, self.height), Image.Resampling.BILINEAR))
-    screen = np.ascontiguousarray(screen, dtype=np.uint8)
-    screen.flags.writeable = False
-    self.screenshot = screen
-    self._screen_digest = hashlib.blake2b(screen.tobytes(), digest_size=16).hexdigest()
+    self._set_screen(screen)
 
   def _perform(self, action: ScreenAction) -> None:
     """Execute a parsed action in the browser (CSS pixels = screenshot pixels x the resize factor)."""
@@ -403,6 +364,3 @@ class MiniWoBEnv(TextEnv):
           board.key_up(k)
 
       self.browser.actions(what, type_text)
-
-  def _dict(self, text: str) -> dict[str, Any]:
-    return {"screenshot": self.screenshot, "text": text}

@@ -6,26 +6,23 @@ See the package docstring (envs/desktop/__init__.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from typing import Any, Sequence
 
-import numpy as np
-from gymnasium import spaces
-
 from explore_jax.envs import screen_actions
-from explore_jax.envs.base import Outcome, TextEnv, excerpt, state_key, text_space
+from explore_jax.envs.base import Outcome, excerpt
 from explore_jax.envs.desktop import home
 from explore_jax.envs.desktop.actions import xdotool_runs
 from explore_jax.envs.desktop.session import DEFAULT_TIMEOUT_S, DesktopError, Session, check_programs
 from explore_jax.envs.screen_actions import ScreenAction
+from explore_jax.envs.screen_world import ScreenWorld
 
 DEFAULT_SCREEN_SIZE = (640, 480)
 MIN_SCREEN_SIZE = (320, 240)
 TASK_ID = "desktop"
 
 
-class DesktopEnv(TextEnv):
+class DesktopEnv(ScreenWorld):
   """A real X desktop (Xvfb, openbox, pcmanfm's desktop, xterm, mousepad, galculator): screenshots in, mouse and
   keyboard actions out; reward 0, episodes end after `max_steps` steps.
 
@@ -39,7 +36,7 @@ class DesktopEnv(TextEnv):
     render_mode: None, "ansi" (the text) or "rgb_array" (the screenshot).
   """
 
-  metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
+  fault = DesktopError  # a dead server, window manager or desktop: the next reset() starts a new desktop
 
   def __init__(self, screen_size: Sequence[int] = DEFAULT_SCREEN_SIZE, settle_s: float = 0.3, max_steps: int = 20,
                scroll_clicks: int = 3, type_delay_ms: int = 4, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -51,18 +48,8 @@ class DesktopEnv(TextEnv):
       raise ValueError(f"settle_s and type_delay_ms must be >= 0 and scroll_clicks >= 1, got {settle_s!r}, "
                        f"{type_delay_ms!r}, {scroll_clicks!r}")
     check_programs()
-    super().__init__(max_steps=max_steps, render_mode=render_mode)
-    self.width, self.height = width, height
+    super().__init__(width, height, max_steps=max_steps, render_mode=render_mode)
     self.settle_s, self.scroll_clicks, self.type_delay_ms = float(settle_s), int(scroll_clicks), int(type_delay_ms)
-    self.response_format = screen_actions.response_format(width, height)
-    self.observation_space = spaces.Dict({
-        "screenshot": spaces.Box(0, 255, (height, width, 3), np.uint8),
-        "text": text_space(),
-    })
-    self.screenshot = np.zeros((height, width, 3), np.uint8)
-    self.screenshot.flags.writeable = False
-    self.intent = ""
-    self._screen_digest = ""
     self.session = Session(width, height, timeout_s)
 
   @property
@@ -72,31 +59,12 @@ class DesktopEnv(TextEnv):
 
   # ---- gymnasium ----------------------------------------------------------------------------------------
 
-  def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-    text, info = super().reset(seed=seed, options=options)
-    return self._dict(text), info
-
-  def step(self, response: Any):
-    self.intent = ""
-    try:
-      text, reward, terminated, truncated, info = super().step(response)
-    except DesktopError:
-      self._ended = True  # the episode is lost; reset() starts a new desktop
-      raise
-    return self._dict(text), reward, terminated, truncated, info
-
-  def render(self) -> Any:
-    if self.render_mode == "rgb_array":
-      return self.screenshot
-    return super().render()
-
   def close(self) -> None:
     self.session.close()
 
   # ---- TextEnv ------------------------------------------------------------------------------------------
 
   def _reset_task(self, options: dict[str, Any]) -> str:
-    self.intent = ""
     for attempt in range(2):  # a desktop that fails to start is tried once more
       try:
         self.session.start()  # a new X server and home folder every episode: nothing carries over
@@ -109,12 +77,6 @@ class DesktopEnv(TextEnv):
 
   def raw_observation(self) -> str:
     return "Desktop"
-
-  def parse_action(self, text: Any) -> tuple[ScreenAction | None, str]:
-    return screen_actions.parse_response(text, self.width, self.height)
-
-  def action_text(self, action: ScreenAction) -> str:
-    return screen_actions.format_action(action)
 
   def _apply(self, action: ScreenAction) -> Outcome:
     self.intent = action.intent
@@ -130,14 +92,6 @@ class DesktopEnv(TextEnv):
   def _feedback(self, truncated: bool) -> str:
     return f"Out of steps ({self.max_steps}): the desktop has no task to end an episode sooner."
 
-  def _extra_info(self) -> dict[str, Any]:
-    return {"intent": self.intent}
-
-  def _info(self, *, feedback: str) -> dict[str, Any]:
-    info = super()._info(feedback=feedback)
-    info["state_key"] = state_key(f"{self.raw_observation()}\nScreen: {self._screen_digest}")
-    return info
-
   # ---- the oracle ---------------------------------------------------------------------------------------
 
   def oracle_action(self) -> str:
@@ -150,10 +104,4 @@ class DesktopEnv(TextEnv):
   # ---- the screen ---------------------------------------------------------------------------------------
 
   def _read_screen(self) -> None:
-    screen = self.session.screenshot()
-    screen.flags.writeable = False
-    self.screenshot = screen
-    self._screen_digest = hashlib.blake2b(screen.tobytes(), digest_size=16).hexdigest()
-
-  def _dict(self, text: str) -> dict[str, Any]:
-    return {"screenshot": self.screenshot, "text": text}
+    self._set_screen(self.session.screenshot())
