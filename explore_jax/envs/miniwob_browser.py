@@ -271,9 +271,4 @@ class Browser:
                                f"reset() starts a new browser")
 
   def _stderr_tail(self) -> str:
-    try:
-      with open(os.path.join(self._workdir, "chromium.log"), errors="replace") as f:
-        lines = [line.rstrip() for line in f.readlines()[-_STDERR_LINES:] if line.strip()]
-    except OSError:
-      return ""
-    return ("\nChromium stderr:\n" + "\n".join(lines)) if lines else ""
+    return processes.log_tail(os.path.join(self._workdir, "chromium.log"), _STDERR_LINES, "Chromium stderr")

@@ -82,6 +82,17 @@ def group_alive(pgid: int) -> bool:
   return False
 
 
+def log_tail(path: str, lines: int, heading: str) -> str:
+  """The end of an error message: the non-blank lines among the last `lines` of the log at `path`, after a line
+  "<heading>:"; "" when there are none or the log cannot be read."""
+  try:
+    with open(path, errors="replace") as f:
+      tail = [line.rstrip() for line in f.readlines()[-lines:] if line.strip()]
+  except OSError:
+    return ""
+  return (f"\n{heading}:\n" + "\n".join(tail)) if tail else ""
+
+
 def free_port() -> int:
   """A TCP port on 127.0.0.1 that was free a moment ago."""
   with socket.socket() as s:

@@ -269,9 +269,4 @@ class Session:
       time.sleep(_POLL_S)
 
   def _log_tail(self) -> str:
-    try:
-      with open(os.path.join(self.workdir, "session.log"), errors="replace") as f:
-        lines = [line.rstrip() for line in f.readlines()[-_LOG_LINES:] if line.strip()]
-    except OSError:
-      return ""
-    return ("\nThe session's stderr:\n" + "\n".join(lines)) if lines else ""
+    return processes.log_tail(os.path.join(self.workdir, "session.log"), _LOG_LINES, "The session's stderr")
