@@ -219,6 +219,7 @@ def main() -> None:
   load_start = os.getloadavg()
   # The desktops' folders go under one folder of this run's, so that their processes can be told from others'.
   prefix = tempfile.mkdtemp(prefix="desktop-bench-")
+  os.chmod(prefix, 0o711)  # as a desktop's own folder: confined programs (another user) reach theirs through it
   os.environ["TMPDIR"] = prefix  # spawned workers inherit it
   tempfile.tempdir = None
 
