@@ -10,7 +10,8 @@ collapsing (diversity/d_grp_*, logged by the method every iteration); EAPO's rev
   change late - early (the endpoint "rising or collapsing")
 
 and per arm the mean and percentile-bootstrap interval over runs of late and of change (stats.bootstrap_ci),
-with the exact sign-flip p of change over runs (does it move at all?). Between every two arms that both have it:
+with the sign-flip p of change over runs (does it move at all?; stats.paired_task_test against zero, each run
+its own unit). Between every two arms that both have it:
 the difference of means of `change` with its bootstrap interval and the permutation p over runs (the primary test,
 as for pass@k in launch/compare.py). Nothing is reported for a metric fewer than two runs of an arm carry.
 """
@@ -38,16 +39,6 @@ def window_means(rows: Sequence[dict], metric: str, window: int) -> tuple[float,
   return float(np.mean(values[:w])), float(np.mean(values[-w:]))
 
 
-def sign_flip_p(values: Sequence[float]) -> float:
-  """Exact two-sided sign-flip p of mean(values) = 0 over all 2^n sign patterns (n <= 16)."""
-  x = np.asarray(values, np.float64)
-  if len(x) > 16:
-    raise ValueError("sign_flip_p is exact for at most 16 runs")
-  signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(x))))
-  observed = abs(x.mean())
-  return float(np.mean(np.abs((signs * x).mean(axis=1)) >= observed - 1e-9 * max(1.0, observed)))
-
-
 def analyse(curves: dict[str, list[tuple[str, list[dict]]]], *, window: int = 5, confidence: float = 0.95,
             resamples: int = 10_000, seed: int = 0, metrics: Sequence[str] = CURVE_METRICS) -> dict[str, Any]:
   """{metric: {"arms": {arm: per-arm numbers}, "comparisons": [...]}} for the metrics the runs logged."""
@@ -64,7 +55,8 @@ def analyse(curves: dict[str, list[tuple[str, list[dict]]]], *, window: int = 5,
                    "late_mean_ci": stats.bootstrap_ci(late, confidence=confidence, resamples=resamples, seed=seed),
                    "change_mean_ci": stats.bootstrap_ci(change, confidence=confidence, resamples=resamples,
                                                         seed=seed),
-                   "change_sign_flip_p": sign_flip_p(change)}
+                   "change_sign_flip_p": stats.paired_task_test(change, np.zeros_like(change),
+                                                                   resamples=resamples, seed=seed)}
     if not arms:
       continue
     comparisons = []

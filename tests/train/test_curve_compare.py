@@ -19,11 +19,6 @@ def test_windows_average_the_first_and_last_iterations_that_log_the_metric():
   assert curve_compare.window_means(r, "revisit_share", 2) is None
 
 
-def test_the_sign_flip_p_is_exact():
-  assert curve_compare.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # only all-plus and all-minus
-  assert curve_compare.sign_flip_p([1.0, -1.0]) == 1.0
-
-
 def test_arms_are_reported_with_their_change_and_compared():
   curves = {"rising": [("r0", rows([0.1, 0.1, 0.3, 0.3])), ("r1", rows([0.2, 0.2, 0.5, 0.5])),
                        ("r2", rows([0.1, 0.1, 0.2, 0.2]))],
@@ -36,6 +31,10 @@ def test_arms_are_reported_with_their_change_and_compared():
   assert arms["rising"]["change"] == pytest.approx([0.2, 0.3, 0.1])
   assert arms["rising"]["change_mean_ci"][0] == pytest.approx(0.2)
   assert arms["flat"]["late"] == pytest.approx([0.2, 0.2])
+  # Exact sign flips of each arm's changes: [0.2, 0.3, 0.1] is as extreme only all-plus or all-minus (2 / 8);
+  # [0, -0.1] flips its one non-zero change to a mean as large either way (p = 1).
+  assert arms["rising"]["change_sign_flip_p"] == pytest.approx(2 / 8)
+  assert arms["flat"]["change_sign_flip_p"] == pytest.approx(1.0)
   (c,) = report[M]["comparisons"]
   assert (c["a"], c["b"]) == ("rising", "flat") and c["diff_ci"][0] == pytest.approx(0.2 - (-0.05))
   # Changes [0.2, 0.3, 0.1] vs [0, -0.1]: of the C(5, 3) = 10 splits, the observed one (three summing to 0.6,
