@@ -39,7 +39,8 @@ i.e. half the mean pairwise dissimilarity (identical states give 0, orthogonal o
 states; fewer than two give 0.
 
 `click_hit_text` and `screen_text`, the host-side string parts (OCR boxes -> the texts the encoder embeds), are
-envs/screen_reader.py's, imported here. The array functions run on numpy or jax inputs, under jit or not.
+envs/screen_reader.py's, imported here. The reward terms run on numpy or jax inputs, under jit or not; the two
+diversity measures are host-side numpy (float64).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import jax.numpy as jnp
+import numpy as np
 
 # The texts a screen is embedded as live beside the wrapper that reads screens (actors run it, without jax).
 from explore_jax.envs.screen_reader import CLICK_KINDS, SCREEN_PREFIX, click_hit_text, screen_text  # noqa: F401
@@ -127,24 +129,27 @@ def total(terms: Mapping[str, "jnp.ndarray"], format_ok, gate: bool = True):
   return fmt * summed if gate else fmt + summed
 
 
-def _half_mean_dissimilarity(x, mask):
-  """sum_{k<l} [1 - sim(x_k, x_l)] / (n (n - 1)) over the masked-in rows of x [..., T, D], [...]."""
-  m = jnp.asarray(mask, jnp.float32)
-  sims = pairwise_cosine(x)
-  n = jnp.sum(m, axis=-1)
-  upper = jnp.triu(jnp.ones(sims.shape[-2:], jnp.float32), k=1)
-  pairs = upper * m[..., :, None] * m[..., None, :]
+def _half_mean_dissimilarity(x, mask) -> np.ndarray:
+  """sum_{k<l} [1 - sim(x_k, x_l)] / (n (n - 1)) over the masked-in rows of x [..., T, D], [...].
+
+  numpy on the host, in float64: the measures are bookkeeping over a batch's records, whose shapes change every
+  iteration, so a jnp version would compile once per shape on the learner's device.
+  """
+  x, m = np.asarray(x, np.float64), np.asarray(mask, np.float64)
+  norms = np.maximum(np.linalg.norm(x, axis=-1), COSINE_EPS)
+  sims = np.einsum("...td,...ud->...tu", x, x) / (norms[..., :, None] * norms[..., None, :])
+  n = m.sum(axis=-1)
+  pairs = np.triu(np.ones(sims.shape[-2:]), k=1) * m[..., :, None] * m[..., None, :]
   # 1 - sim >= 0; a float cosine of equal rows can come out a hair above 1.
-  summed = jnp.sum(pairs * jnp.maximum(1.0 - sims, 0.0), axis=(-1, -2))
-  return jnp.where(n > 1, summed / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
+  summed = np.sum(pairs * np.maximum(1.0 - sims, 0.0), axis=(-1, -2))
+  return np.where(n > 1, summed / np.maximum(n * (n - 1.0), 1.0), 0.0)
 
 
-def sequence_diversity(after, mask):
+def sequence_diversity(after, mask) -> np.ndarray:
   """d_seq (eq. 5) of each trajectory: after [B, T, D], mask [B, T] -> [B]."""
   return _half_mean_dissimilarity(after, mask)
 
 
-def group_diversity(after, mask):
+def group_diversity(after, mask) -> np.ndarray:
   """D_grp (eq. 6) of all the states of a group of trajectories: after [..., N, D] (flattened), mask [..., N]."""
   return _half_mean_dissimilarity(after, mask)
-
