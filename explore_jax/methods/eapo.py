@@ -277,6 +277,7 @@ class EAPO(Method):
     import gymnasium
 
     from explore_jax.methods.eapo_rollback import verified_rollbacks
+    from explore_jax.train import sft_data
 
     r = self.config.eapo.rollback
     finished = [res for res in results if not res.dropped and res.steps]
@@ -300,8 +301,8 @@ class EAPO(Method):
       prompt = hook(res.steps[t].observation, history, {}, info)
       own = parse_fields(res.steps[t].response_text)[0]
       memory = own.memory if own is not None else observation_text(res.steps[t].observation).split("\n")[0]
-      demos.append({"messages": getattr(prompt, "messages", prompt),
-                    "response": answer_text(Fields("Go back to a state seen before.", c.action, memory, c.action))})
+      demos.append(sft_data.demonstration(
+          prompt, answer_text(Fields("Go back to a state seen before.", c.action, memory, c.action))))
     return demos
 
 

@@ -334,10 +334,7 @@ class ScreenExplorer(Method):
       if not clear_intent(str(s.info.get("intent") or ""), int(d.min_intent_words)):
         continue
       history = [(past.observation, past.response_text) for past in result.steps[:int(step[i])]]
-      prompt = hook(s.observation, history, {}, {})
-      messages, images = (prompt.messages, prompt.images) if hasattr(prompt, "messages") else (prompt, [])
-      demos.append({"messages": messages, "response": s.response_text,
-                    **({"images": [np.asarray(im) for im in images]} if images else {})})
+      demos.append(sft_data.demonstration(hook(s.observation, history, {}, {}), s.response_text))
     folder = os.path.join(self.workdir, "distill")
     os.makedirs(folder, exist_ok=True)
     kept = sft_data.write_demonstrations(os.path.join(folder, f"iter_{iteration:06d}.jsonl"), demos)

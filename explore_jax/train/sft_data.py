@@ -102,18 +102,22 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
   for d in _oracle_episodes(env_id, env_kwargs, list(seeds), workers):
     history: list[tuple[str, str]] = []
     for t, (obs, action) in enumerate(zip(d.observations, d.actions)):
-      prompt = prompt_hook(obs, list(history), {}, d.infos[t] if d.infos else {})
-      messages, images = (prompt.messages, prompt.images) if isinstance(prompt, Prompt) else (prompt, ())
-      demos.append({"messages": messages, "response": action,
-                    **({"images": [np.asarray(image) for image in images]} if images else {})})
+      demos.append(demonstration(prompt_hook(obs, list(history), {}, d.infos[t] if d.infos else {}), action))
       history.append((obs, action))
     final_prompt, final_text = (getattr(prompt_hook, name, None) for name in ("final_prompt", "oracle_final_text"))
     if final_prompt is not None and final_text is not None:
       messages = final_prompt(d.final_observation, list(history), {"tip": True}, {})
       if messages is not None:
-        demos.append({"messages": messages,
-                      "response": final_text(d.observations, d.actions, d.final_observation, d.success)})
+        demos.append(demonstration(messages, final_text(d.observations, d.actions, d.final_observation, d.success)))
   return demos
+
+
+def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[str, Any]:
+  """One demonstration: a prompt hook's output (a Prompt, whose images come along, or a message list) and the
+  reply it should get, as `write_demonstrations` and `sft_request` take them."""
+  messages, images = (prompt.messages, prompt.images) if isinstance(prompt, Prompt) else (prompt, ())
+  return {"messages": messages, "response": response,
+          **({"images": [np.asarray(image) for image in images]} if images else {})}
 
 
 MAX_ORACLE_WORKERS = 8

@@ -174,3 +174,14 @@ def test_a_built_in_checkpoint_keys_its_warm_starts_by_name_wherever_the_cache_i
   monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "a"))
   mine = [warm_start_key(c, str(tmp_path / d / "tiny-0123456789ab"), 128, 16) for d in ("b", "c")]
   assert mine[0] != mine[1] and keys[0] not in mine  # outside the cache: the path decides
+
+
+def test_a_demonstration_keeps_a_prompts_images_and_takes_plain_messages():
+  from explore_jax.actors.protocol import Prompt
+
+  messages = [{"role": "user", "content": "look"}]
+  image = np.zeros((4, 5, 3), np.uint8)
+  d = sft_data.demonstration(Prompt(messages, variants={"other": []}, images=[image]), "click(1, 2)")
+  assert d["messages"] == messages and d["response"] == "click(1, 2)"
+  assert len(d["images"]) == 1 and d["images"][0].shape == (4, 5, 3)
+  assert sft_data.demonstration(messages, "ok") == {"messages": messages, "response": "ok"}
