@@ -106,6 +106,10 @@ def get_config() -> ml_collections.ConfigDict:
                                    # compiled shapes)
   c.rollout.prompt_width_bucket = 64  # a prompt is sampled at its length rounded up to this: a row's bits depend
                                       # on its width, so a protocol keeps one setting
+  # Continuous batching (sampling/slots.py): a round's requests stream through the batch's rows as decode slots,
+  # each finished row refilled by the next prompt, one prefill per width and task-group prompt. Same tokens as
+  # the fixed-shape calls; log-probs move in their last bits (<= 1e-5), so a protocol keeps one setting.
+  c.rollout.continuous_batching = False
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

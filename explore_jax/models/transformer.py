@@ -15,7 +15,8 @@ outputs the projections add.
 
 Attention works in cache *slots*: a query in slot i sees keys in slots j <= i that are valid. Without a
 cache the slots are the T input positions; with one, the T new tokens are written at slots
-[cache.index, cache.index + T). Positions (for RoPE) are given explicitly per token, so left padding,
+[cache.index, cache.index + T); a cache indexed per row (continuous batching) takes one token per row, written
+at that row's own slot index[b]. Positions (for RoPE) are given explicitly per token, so left padding,
 right padding and packed rows all work; `attention_mask` marks the real tokens. With `config.mrope_section`
 a token's position may be three coordinates (temporal, height, width: multimodal RoPE, models/vl.py),
 `embeds` may replace the token embeddings (a VLM's image features at its image tokens), and `deepstack` adds
@@ -50,7 +51,9 @@ class KVCache(NamedTuple):
   k: tuple[jax.Array, ...]  # L x [B, kv_heads, S, head_dim]
   v: tuple[jax.Array, ...]  # L x [B, kv_heads, S, head_dim]
   mask: jax.Array           # [B, S] bool: slot holds a real token
-  index: jax.Array          # [] int32: next slot to write
+  # Next slot to write: [] for a cache all rows fill in step (prefill, `sampling.generate`), or [B], each row
+  # its own, for continuous batching (`sampling.slots`): one new token per row per call, at its own slot.
+  index: jax.Array
 
 
 class ModelOutput(NamedTuple):
@@ -218,18 +221,19 @@ class Model(SpecParams):
   def param_specs(self) -> Any:
     return _param_specs(self.config)
 
-  def init_cache(self, batch: int, length: int) -> KVCache:
-    """An empty KV cache of `length` slots in the compute dtype."""
+  def init_cache(self, batch: int, length: int, per_row: bool = False) -> KVCache:
+    """An empty KV cache of `length` slots in the compute dtype; `per_row`: each row its own next slot."""
     c = self.config
     shape = (batch, c.num_kv_heads, length, c.head_dim)
     layers = range(c.num_layers)
     return KVCache(k=tuple(jnp.zeros(shape, c.jnp_dtype) for _ in layers),
                    v=tuple(jnp.zeros(shape, c.jnp_dtype) for _ in layers),
-                   mask=jnp.zeros((batch, length), bool), index=jnp.zeros((), jnp.int32))
+                   mask=jnp.zeros((batch, length), bool),
+                   index=jnp.zeros((batch,) if per_row else (), jnp.int32))
 
-  def cache_axes(self) -> KVCache:
+  def cache_axes(self, per_row: bool = False) -> KVCache:
     kv = tuple(("batch", "kv_heads", "cache_length", "head_dim") for _ in range(self.config.num_layers))
-    return KVCache(k=kv, v=kv, mask=("batch", "cache_length"), index=())
+    return KVCache(k=kv, v=kv, mask=("batch", "cache_length"), index=("batch",) if per_row else ())
 
   # ---- forward ----------------------------------------------------------------------------------
   def _constrain(self, x: jax.Array, axes: tuple[Optional[str], ...]) -> jax.Array:
@@ -258,15 +262,25 @@ class Model(SpecParams):
       attention_mask = jnp.ones((B, T), bool)
     attention_mask = attention_mask.astype(bool)
 
+    per_row = cache is not None and cache.index.ndim == 1
     if cache is None:
       start = jnp.zeros((), jnp.int32)
       key_mask = attention_mask
+    elif per_row:
+      if T != 1:
+        raise ValueError(f"a cache indexed per row takes one new token per row, got {T}")
+      start = cache.index  # [B]
+      written = jnp.arange(cache.mask.shape[1])[None, :] == start[:, None]
+      key_mask = jnp.where(written, attention_mask, cache.mask)
     else:
       start = cache.index
       key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (0, start))
     S = key_mask.shape[1]
-    query_slot = start + jnp.arange(T)
-    visible = (jnp.arange(S)[None, :] <= query_slot[:, None])[None] & key_mask[:, None, :]  # [B, T, S]
+    if per_row:
+      visible = (jnp.arange(S)[None, :] <= start[:, None])[:, None, :] & key_mask[:, None, :]  # [B, 1, S]
+    else:
+      query_slot = start + jnp.arange(T)
+      visible = (jnp.arange(S)[None, :] <= query_slot[:, None])[None] & key_mask[:, None, :]  # [B, T, S]
 
     x = params["embed"].astype(dt)[tokens] if embeds is None else embeds.astype(dt)
     x = self._constrain(x, ("batch", "length", "act_embed"))
@@ -335,8 +349,13 @@ class Model(SpecParams):
       for i in range(c.num_layers):
         lp, la = jax.tree.map(lambda p, i=i: p[i], (params["layers"], adapters))
         q, k, v = attention_inputs(x, lp, la)
-        ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
-        vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
+        if per_row:  # row b's key and value [K, D] into its own slot start[b]
+          rows = jnp.arange(B)
+          ks[i] = ks[i].at[rows, :, start].set(k[:, :, 0].astype(ks[i].dtype))
+          vs[i] = vs[i].at[rows, :, start].set(v[:, :, 0].astype(vs[i].dtype))
+        else:
+          ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
+          vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
         x = attention_out_and_mlp(x, lp, la, attention(q, ks[i], vs[i], visible))
         if deepstack is not None and i < deepstack.shape[0]:
           x = x + deepstack[i]

@@ -124,11 +124,11 @@ class VLModel:
     text_rng, vision_rng = jax.random.split(rng)
     return {**self.text.init(text_rng, std), "vision": self.vision.init(vision_rng, std)}
 
-  def init_cache(self, batch: int, length: int) -> KVCache:
-    return self.text.init_cache(batch, length)
+  def init_cache(self, batch: int, length: int, per_row: bool = False) -> KVCache:
+    return self.text.init_cache(batch, length, per_row)
 
-  def cache_axes(self) -> KVCache:
-    return self.text.cache_axes()
+  def cache_axes(self, per_row: bool = False) -> KVCache:
+    return self.text.cache_axes(per_row)
 
   def embed(self, params: Params, tokens: jax.Array, images: VisionInputs) -> jax.Array:
     """Token embeddings [B, T, E] with the images' merged features at the image tokens (batch row-major).

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from typing import Any, Callable, Optional
 
 import jax
@@ -43,6 +44,7 @@ from explore_jax.models.config import language_config
 from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 from explore_jax.parallel import distributed
+from explore_jax.sampling import slots as slots_lib
 
 
 @dataclasses.dataclass
@@ -62,6 +64,10 @@ class InferenceServer:
   # batch_size) that hold its requests, so a call half full does half the work (more compiled shapes).
   min_rows: int = 0
   width_bucket: int = 64  # prompt widths are multiples of this (at most prompt_len)
+  # Continuous batching (sampling/slots.py): a call's requests stream through batch_size decode slots, a
+  # finished row's slot refilled by the next prompt, instead of fixed-shape calls per width (min_rows is then
+  # unused). A row's tokens are those of the fixed-shape call; its last bits may move (slots.py).
+  continuous: bool = False
   final_len: int = 0  # new tokens of a final generation (PromptRequest.final); 0: response_len
   # What EmbedRequests are answered with: an object whose encode(texts) gives unit rows [N, E] (hf.load_encoder);
   # None: the policy's own mean final hidden state.
@@ -73,6 +79,7 @@ class InferenceServer:
     if self.final_len < 0:
       raise ValueError(f"final_len (rollout.final_max_new_tokens) must be >= 0, got {self.final_len}")
     self._bound_params = None
+    self.slot_stats = slots_lib.SlotStats()  # what the continuous sampler did, summed over calls
 
   def rows(self, requests: int) -> int:
     """The batch rows of a sampling call that answers `requests` requests (at most batch_size)."""
@@ -120,6 +127,9 @@ class InferenceServer:
 
   def _sample(self, requests: list[PromptRequest], new_tokens: int, *, params: Any, key: jax.Array,
               params_sampling: sampling.SamplingParams, version: int, features: bool) -> list[Response]:
+    if self.continuous:
+      return self._sample_slots(requests, new_tokens, params=params, key=key, params_sampling=params_sampling,
+                                version=version, features=features)
     out: list[Response] = []
     for P, chunk in self._chunks(requests, lambda r: len(r.prompt_ids)):
       B = self.rows(len(chunk))
@@ -139,6 +149,25 @@ class InferenceServer:
                             segments=s.segments[i, :n], policy_version=version,
                             features=np.asarray(s.hidden[i, max(n - 1, 0)], np.float32) if features else None))
     return out
+
+  def _sample_slots(self, requests: list[PromptRequest], new_tokens: int, *, params: Any, key: jax.Array,
+                    params_sampling: sampling.SamplingParams, version: int, features: bool) -> list[Response]:
+    """`_sample` through the continuous sampler: requests with equal prompts (and images) share a prefill."""
+    if not requests:
+      return []
+    extras = None
+    if any(r.images for r in requests):
+      def extras(rows: list[int], prompt: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+        return self._image_inputs(params, [requests[i] for i in rows], prompt, mask)
+    share = [(tuple(r.prompt_ids), tuple(_digest(image) for image in r.images)) for r in requests]
+    rows = slots_lib.sample(self.model, params, [r.prompt_ids for r in requests], params_sampling, key,
+                            row_ids=[self.row_id(r) for r in requests], max_new_tokens=new_tokens,
+                            slots=self.batch_size, cache_len=self.prompt_len, width_bucket=self.width_bucket,
+                            pad_id=self.pad_id, return_hidden=features, share=share, extras=extras,
+                            stats=self.slot_stats)
+    return [Response(episode_id=r.episode_id, step=r.step, tokens=o.tokens, logprobs=o.logprobs,
+                     temperatures=o.temperatures, segments=o.segments, policy_version=version, features=o.hidden)
+            for r, o in zip(requests, rows)]
 
   def _image_inputs(self, params: Any, chunk: list[PromptRequest], prompt: np.ndarray, mask: np.ndarray
                     ) -> dict[str, Any]:
@@ -200,6 +229,12 @@ class InferenceServer:
       ids = ids[-width:]
       tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
     return tokens, mask
+
+
+def _digest(image: np.ndarray) -> tuple:
+  """An image's identity for prefill sharing: its shape and a hash of its bytes."""
+  image = np.ascontiguousarray(image)
+  return image.shape, hashlib.blake2b(image.tobytes(), digest_size=16).digest()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,6 +167,14 @@ def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
   n = int(direct.lengths[0])
   np.testing.assert_array_equal(together[2].tokens, np.asarray(direct.tokens)[0, :n])
   np.testing.assert_allclose(together[2].logprobs, np.asarray(direct.logprobs)[0, :n], atol=1e-5)
+  # Continuous batching: the same answers through two decode slots (the images' prefill, the slots' mRoPE).
+  slotted = dataclasses.replace(server, continuous=True, batch_size=2)
+  requests = [request(0, [red]), request(1, []), request(2, [blue, red], text=(7,)), request(3, [red])]
+  streamed = slotted.bind(params, jax.random.key(3), params_sampling, version=0)[0](requests)
+  for i, req in enumerate(requests[:3]):
+    np.testing.assert_array_equal(streamed[i].tokens, together[i].tokens)
+    np.testing.assert_allclose(streamed[i].logprobs, together[i].logprobs, atol=1e-5)
+  assert slotted.slot_stats.shared == 0  # another episode's image prompt: its own stream, not a shared prefill
   with pytest.raises(ValueError, match="image tokens for 1 images"):
     layout.expand([1, 2, 3], [red])
 
@@ -224,3 +232,28 @@ def test_a_coarser_width_bucket_puts_prompts_of_different_lengths_in_one_call(se
   np.testing.assert_array_equal(answers[2].tokens, fine[2].tokens)
   with pytest.raises(ValueError, match="prompt_width_bucket"):
     dataclasses.replace(server, width_bucket=0)
+
+
+def test_continuous_batching_gives_the_fixed_shape_answers(server_and_params):
+  """rollout.continuous_batching: the requests stream through the batch's rows as slots (here 7 requests, 3
+  widths, through 4 slots); every answer is the fixed-shape call's (tokens, log-probs up to rounding, the
+  hidden state at the last token), and the equal prompts of a task group share one prefill."""
+  server, params = server_and_params
+  slotted = dataclasses.replace(server, continuous=True)
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS)]
+  requests += [PromptRequest(7, 0, _ids(server, TEXTS[2])), PromptRequest(8, 1, _ids(server, TEXTS[2]))]
+  fixed = server.bind(params, jax.random.key(4), params_sampling, version=3, features=True)[0](requests)
+  streamed = slotted.bind(params, jax.random.key(4), params_sampling, version=3, features=True)[0](requests)
+  assert [(r.episode_id, r.step) for r in streamed] == [(r.episode_id, r.step) for r in requests]
+  by_key = {(r.episode_id, r.step): r for r in fixed}  # the fixed-shape calls answer width by width
+  for b in streamed:
+    a = by_key[(b.episode_id, b.step)]
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    np.testing.assert_allclose(a.features, b.features, atol=1e-4)
+    assert b.policy_version == 3
+  stats = slotted.slot_stats
+  # Slots take the short prompts first: "open door" twice shares the first prefill; the two later copies of "go
+  # to the red door" refill two slots from one prefill; the long prompt comes last.
+  assert (stats.prefills, stats.prefill_rows, stats.shared) == (3, 5, 2)

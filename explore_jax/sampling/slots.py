@@ -1,0 +1,368 @@
+"""Continuous batching: a fixed set of decode slots, refilled with waiting prompts between jitted chunks.
+
+`generate` (sampler.py) samples a batch in lock step: every row waits for the longest, rows that finish early
+idle, and prompts of different widths go to different calls. `sample` instead keeps `slots` rows of decode
+state on the device, each row with its own cache index and position (a KV cache indexed per row,
+models/transformer.py), and loops on the host:
+
+  1. insert   waiting prompts into free slots: one batched prefill per prompt width (`width_bucket`), its rows
+              copied into the slots. Prompts that are equal (the G samples of a task group at their first
+              step: same tokens, same images) are prefilled once and copied into G slots.
+  2. decode   a jitted `lax.while_loop` of decode steps over all slots, which returns as soon as enough slots
+              have finished to take the next waiting prompts (or, with none waiting, half of the live rows, so
+              that the tail can shrink), or when every slot is done.
+  3. harvest  finished rows' outputs to the host; their slots become free.
+  4. shrink   with nothing waiting and at most half the slots live, the live rows are gathered into a state of
+              half the rows (down to `tail_rows`): the tail decodes at a smaller compiled width instead of
+              carrying finished rows.
+
+A row draws exactly as in `generate`: token t of the row with id r from key fold_in(fold_in(rng, r), t), at the
+temperature of its segment, filtered by top-k / top-p, with EOS ids and stop sequences ending it; a prompt of
+width P is laid out as `generate` lays it at width P (left padding, its last token consumed by the first decode
+step), in a cache of `cache_len` + max_new_tokens slots. So a row's tokens and log-probs are those `generate`
+gives it alone at that width, up to the last bits of float reductions whose shapes differ (the batch it decodes
+in, the masked cache columns beyond its own): tests/sampling/test_slots.py measures them. Finished rows stay in
+the batch until harvested, consuming their last token again at the same slot and position (an idempotent
+write), which with `return_hidden` gives the state after the last token (`generate`'s hidden at the last token).
+
+Images: the caller's `extras(indices, prompt, mask)` gives a prefill batch's `image_features` and `mrope`
+(positions [n, P, 3], deltas [n]) as `generate` takes them; decode positions then carry each row's delta.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Any, Callable, Hashable, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from explore_jax.models import KVCache, Model, positions_from_mask
+from explore_jax.models.config import language_config
+from explore_jax.parallel import distributed, sharding
+from explore_jax.sampling import schedule
+from explore_jax.sampling.sampler import (FinishReason, _constrain_tree, inverse_cdf_sample,
+                                          sampling_log_probs)
+from explore_jax.sampling.schedule import SamplingParams
+
+Params = dict[str, Any]
+
+
+class Slots(NamedTuple):
+  """The decode state of B slots; [B, N] buffers hold each row's tokens, N = max_new_tokens."""
+  cache: KVCache            # indexed per row: index [B] = the slot the row's next input is written to
+  next_input: jax.Array     # [B] int32: the token the next decode step consumes
+  step: jax.Array           # [B] int32: tokens drawn so far (the row's length; frozen once finished)
+  prompt_len: jax.Array     # [B] int32: real prompt tokens
+  delta: jax.Array          # [B] int32: the row's mRoPE delta (0 for text)
+  row_ids: jax.Array        # [B] int32: the row's random stream
+  tokens: jax.Array         # [B, N] int32
+  logprobs: jax.Array       # [B, N] float32
+  temperatures: jax.Array   # [B, N] float32
+  segments: jax.Array       # [B, N] int32
+  recent: jax.Array         # [B, W] last generated tokens (delimiters, stop sequences)
+  segment: jax.Array        # [B] int32
+  finished: jax.Array       # [B] bool (a free slot is finished)
+  reason: jax.Array         # [B] int32 FinishReason
+  pending: jax.Array        # [B] bool: finished, its last token's hidden state not taken yet
+  hidden: Optional[jax.Array]  # [B, E]: the state after the row's last consumed input (return_hidden)
+
+
+@dataclasses.dataclass
+class RowOutput:
+  """One prompt's sample, as `generate` gives a row (numpy, cut to its length)."""
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  temperatures: np.ndarray
+  segments: np.ndarray
+  finish_reason: int
+  hidden: Optional[np.ndarray] = None  # [E]: the state after consuming the last token (return_hidden)
+
+
+@dataclasses.dataclass
+class SlotStats:
+  """What one `sample` call did (benchmarks/loop_sampler.py prints it)."""
+  prefills: int = 0          # insert calls
+  prefill_rows: int = 0      # rows prefilled (after sharing equal prompts)
+  shared: int = 0            # slots filled from another slot's prefill
+  chunks: int = 0            # decode calls
+  decode_steps: int = 0      # decode steps run, summed over calls
+  slot_steps: int = 0        # decode steps x rows, summed over calls
+  live_steps: int = 0        # of those, steps of rows still drawing
+  widths: set = dataclasses.field(default_factory=set)  # decode batch sizes used
+
+
+# ---- the device functions ------------------------------------------------------------------------
+
+def _empty(model: Model, rows: int, length: int, new_tokens: int, window: int, hidden: bool, pad_id: int) -> Slots:
+  E = language_config(model.config).hidden_size
+  i32 = lambda v: jnp.full((rows,), v, jnp.int32)  # noqa: E731
+  return Slots(
+      cache=model.init_cache(rows, length, per_row=True), next_input=i32(pad_id), step=i32(0),
+      prompt_len=i32(1), delta=i32(0), row_ids=i32(0),
+      tokens=jnp.full((rows, new_tokens), pad_id, jnp.int32), logprobs=jnp.zeros((rows, new_tokens), jnp.float32),
+      temperatures=jnp.zeros((rows, new_tokens), jnp.float32),
+      segments=jnp.full((rows, new_tokens), -1, jnp.int32),
+      recent=jnp.full((rows, window), schedule.PAD_ID, jnp.int32), segment=i32(0),
+      finished=jnp.ones((rows,), bool), reason=i32(FinishReason.LENGTH), pending=jnp.zeros((rows,), bool),
+      hidden=jnp.zeros((rows, E), jnp.float32) if hidden else None)
+
+
+_empty_jit = jax.jit(_empty, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+
+
+def _state_axes(state: Slots, model: Model) -> Slots:
+  """Logical axes of a Slots tree: every leaf's first axis is the batch."""
+  batch = lambda x: ("batch",) + (None,) * (x.ndim - 1)  # noqa: E731
+  axes = jax.tree.map(batch, state._replace(cache=None))
+  return axes._replace(cache=model.cache_axes(per_row=True))
+
+
+def _insert(model: Model, params: Params, state: Slots, prompt: jax.Array, prompt_mask: jax.Array,
+            positions: jax.Array, delta: jax.Array, dest: jax.Array, source: jax.Array, row_ids: jax.Array,
+            image_features: Optional[jax.Array] = None) -> Slots:
+  """Prefill `prompt` [n, P] (left-padded) and start slot dest[j] on prefill row source[j] with id row_ids[j];
+  dest entries out of range (>= B) are ignored."""
+  n, P = prompt.shape
+  S = state.cache.mask.shape[1]
+  params = _constrain_tree(model, params, model.param_axes())
+  prompt_mask = prompt_mask.astype(bool)
+  if P > 1:
+    fresh = model.init_cache(n, P - 1)
+    extra = {} if image_features is None else {"image_features": image_features}
+    fresh = model.apply(params, prompt[:, :-1], positions[:, :-1], fresh, attention_mask=prompt_mask[:, :-1],
+                        **extra).cache
+  put = lambda buf, values: buf.at[dest].set(values.astype(buf.dtype), mode="drop")  # noqa: E731
+  cache = state.cache
+  if P > 1:
+    k = tuple(buf.at[dest, :, :P - 1].set(f[source].astype(buf.dtype), mode="drop")
+              for buf, f in zip(cache.k, fresh.k))
+    v = tuple(buf.at[dest, :, :P - 1].set(f[source].astype(buf.dtype), mode="drop")
+              for buf, f in zip(cache.v, fresh.v))
+  else:
+    k, v = cache.k, cache.v
+  row_mask = jnp.pad(prompt_mask[:, :-1], ((0, 0), (0, S - (P - 1))))
+  cache = KVCache(k=k, v=v, mask=put(cache.mask, row_mask[source]), index=put(cache.index, jnp.full_like(dest, P - 1)))
+  M, N = dest.shape[0], state.tokens.shape[1]
+  new = state._replace(
+      cache=cache, next_input=put(state.next_input, prompt[source, -1]), step=put(state.step, jnp.zeros((M,))),
+      prompt_len=put(state.prompt_len, jnp.sum(prompt_mask, axis=-1)[source]), delta=put(state.delta, delta[source]),
+      row_ids=put(state.row_ids, row_ids), tokens=put(state.tokens, jnp.zeros((M, N))),
+      logprobs=put(state.logprobs, jnp.zeros((M, N))), temperatures=put(state.temperatures, jnp.zeros((M, N))),
+      segments=put(state.segments, jnp.full((M, N), -1)),
+      recent=put(state.recent, jnp.full((M, state.recent.shape[1]), schedule.PAD_ID)),
+      segment=put(state.segment, jnp.zeros((M,))), finished=put(state.finished, jnp.zeros((M,), bool)),
+      reason=put(state.reason, jnp.full((M,), FinishReason.LENGTH)), pending=put(state.pending, jnp.zeros((M,), bool)),
+      hidden=None if state.hidden is None else put(state.hidden, jnp.zeros((M, state.hidden.shape[1]))))
+  return _constrain_tree(model, new, _state_axes(new, model))
+
+
+def _decode(model: Model, params: Params, state: Slots, rng: jax.Array, sampling: SamplingParams,
+            target: jax.Array, *, top_k: int) -> tuple[Slots, jax.Array]:
+  """Decode steps until `target` slots are done (finished, hidden taken) or all are; also the steps run."""
+  B, N = state.tokens.shape
+  params = _constrain_tree(model, params, model.param_axes())
+  temps = sampling.temperatures.astype(jnp.float32)
+  top_p = jnp.broadcast_to(sampling.top_p.astype(jnp.float32), (B,))
+  rows = jnp.arange(B)
+  want_hidden = state.hidden is not None
+
+  def body(carry):
+    s, i = carry
+    active = ~s.finished
+    pos = (s.prompt_len - 1 + s.step + s.delta)[:, None]
+    out = model.apply(params, s.next_input[:, None], pos, s.cache, return_hidden=want_hidden)
+    logits = out.logits[:, 0]
+    temp = temps[s.segment]
+    logp = sampling_log_probs(logits, temp, top_k, top_p)
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def draw(_):
+      keys = jax.vmap(lambda r, t: jax.random.fold_in(jax.random.fold_in(rng, r), t))(s.row_ids, s.step)
+      u = jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)
+      return jnp.where(temp > 0, inverse_cdf_sample(logp, u), greedy)
+
+    token = jax.lax.cond(jnp.any(active & (temp > 0)), draw, lambda _: greedy, None)
+    lp = jnp.take_along_axis(logp, token[:, None], axis=1)[:, 0]
+    token = jnp.where(active, token, s.next_input)  # a finished row consumes its last token again
+
+    col = jnp.where(active, s.step, N)  # out of range: not written
+    put = lambda buf, x: buf.at[rows, col].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
+    recent = jnp.where(active[:, None], schedule.push_token(s.recent, token), s.recent)
+    is_eos = jnp.any(token[:, None] == sampling.eos_ids[None], axis=-1) & active
+    is_stop = jnp.any(schedule.ends_with(recent, sampling.stop_sequences), axis=-1) & active
+    now = is_eos | is_stop | (active & (s.step + 1 >= N))
+    reason = jnp.where(now, jnp.where(is_eos, FinishReason.EOS,
+                                      jnp.where(is_stop, FinishReason.STOP, FinishReason.LENGTH)), s.reason)
+    hidden = s.hidden
+    if want_hidden:
+      took = active | s.pending
+      hidden = jnp.where(took[:, None], out.hidden[:, 0].astype(jnp.float32), s.hidden)
+    cache = out.cache._replace(index=s.cache.index + active.astype(jnp.int32))
+    new = s._replace(
+        cache=cache, next_input=token, step=s.step + active.astype(jnp.int32),
+        tokens=put(s.tokens, token), logprobs=put(s.logprobs, lp), temperatures=put(s.temperatures, temp),
+        segments=put(s.segments, s.segment), recent=recent,
+        segment=jnp.where(active, schedule.advance_segment(s.segment, recent, sampling), s.segment),
+        finished=s.finished | now, reason=reason, pending=now & want_hidden, hidden=hidden)
+    return new, i + 1
+
+  def cond(carry):
+    s, _ = carry
+    done = s.finished & ~s.pending
+    return ~jnp.all(done) & (jnp.sum(done) < target)
+
+  state, steps = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
+  return state, steps
+
+
+def _gather(model: Model, state: Slots, rows: jax.Array) -> Slots:
+  """The state of slots `rows` only (the tail's smaller width)."""
+  new = jax.tree.map(lambda x: x[rows], state)
+  return _constrain_tree(model, new, _state_axes(new, model))
+
+
+@functools.cache
+def _compiled(name: str) -> Callable:
+  """The jitted device function `name`, donating the slot state where the backend can reuse its buffers (an
+  accelerator: the cache is updated in place; the CPU backend cannot, and warns)."""
+  fn, static, state_arg = {"insert": (_insert, ("model",), 2), "decode": (_decode, ("model", "top_k"), 2),
+                           "gather": (_gather, ("model",), 1)}[name]
+  donate = (state_arg,) if jax.default_backend() != "cpu" else ()
+  return jax.jit(fn, static_argnames=static, donate_argnums=donate)
+
+
+# ---- the host loop -------------------------------------------------------------------------------
+
+Extras = Callable[[list[int], np.ndarray, np.ndarray], dict[str, Any]]
+
+
+def sample(model: Model, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+           rng: jax.Array, *, row_ids: Sequence[int], max_new_tokens: int, slots: int, cache_len: int,
+           width_bucket: int = 64, pad_id: int = 0, top_k: int = 0, return_hidden: bool = False,
+           share: Optional[Sequence[Hashable]] = None, extras: Optional[Extras] = None,
+           min_prefill_rows: int = 4, tail_rows: Optional[int] = None,
+           stats: Optional[SlotStats] = None) -> list[RowOutput]:
+  """Sample every prompt through `slots` decode slots (module docstring); one RowOutput per prompt, in order.
+
+  prompts: token ids, each at most `cache_len` (its width: its length rounded up to `width_bucket`, at most
+  `cache_len`); row_ids name each prompt's random stream (distinct per sample); share[i] (default: the tokens)
+  marks prompts that may share a prefill: give equal keys only to prompts that are equal, images included.
+  extras: a VL policy's prefill inputs (module docstring). tail_rows: the fewest rows the tail shrinks to
+  (default slots // 4; `slots` to never shrink). `sampling` holds one schedule for all rows.
+  """
+  n = len(prompts)
+  if len(row_ids) != n:
+    raise ValueError(f"{n} prompts but {len(row_ids)} row ids")
+  if sampling.temperatures.ndim != 1 or np.ndim(sampling.top_p) != 0:
+    raise ValueError("continuous batching takes one sampling schedule for all rows (1-D temperatures, scalar top_p)")
+  if any(not p for p in prompts):
+    raise ValueError("every prompt needs at least one token")
+  stats = SlotStats() if stats is None else stats
+  out: list[Optional[RowOutput]] = [None] * n
+  if n == 0:
+    return []
+  share = [tuple(p) for p in prompts] if share is None else list(share)
+  width = lambda i: min(cache_len, -(-len(prompts[i]) // width_bucket) * width_bucket)  # noqa: E731
+  waiting = collections.deque(sorted(range(n), key=lambda i: (width(i), i)))
+  B = int(slots)
+  floor = max(1, min(B, int(tail_rows) if tail_rows is not None else max(1, B // 4)))
+  state = _empty_jit(model, B, cache_len + max_new_tokens, max_new_tokens, schedule.window_width(sampling),
+                     return_hidden, pad_id)
+  owner = [-1] * B  # the prompt each slot holds
+  drawn = np.zeros((B,), np.int64)  # each slot's tokens at the last harvest (stats)
+  while waiting or any(o >= 0 for o in owner):
+    free = [b for b in range(B) if owner[b] < 0]
+    if waiting and free:
+      taken = [waiting.popleft() for _ in range(min(len(free), len(waiting)))]
+      by_width: dict[int, list[int]] = {}
+      for i in taken:
+        by_width.setdefault(width(i), []).append(i)
+      for P, group in by_width.items():
+        slots_for = free[:len(group)]
+        free = free[len(group):]
+        state = _insert_group(model, params, state, prompts, group, slots_for, P, share, row_ids, extras,
+                              min_prefill_rows, pad_id, stats)
+        for b, i in zip(slots_for, group):
+          owner[b], drawn[b] = i, 0
+    live = sum(o >= 0 for o in owner)
+    if waiting:  # return when the next prefill's rows are free
+      target = (B - live) + min(len(waiting), max(min_prefill_rows, 1), live)
+    elif B > floor:  # return when half the rows are done, to shrink
+      target = B - max(B // 2, floor)
+    else:
+      target = B
+    state, steps = _compiled("decode")(model, params, state, rng, sampling, jnp.int32(max(target, 1)), top_k=top_k)
+    host = distributed.fetch((state.finished, state.pending, state.step, steps))
+    finished, pending, lengths, steps = (np.asarray(x) for x in host)
+    occupied = np.array([o >= 0 for o in owner])
+    stats.chunks += 1
+    stats.decode_steps += int(steps)
+    stats.slot_steps += int(steps) * B
+    stats.live_steps += int(np.sum((lengths - drawn)[occupied]))
+    stats.widths.add(B)
+    drawn = lengths.copy()
+    done = [b for b in range(B) if owner[b] >= 0 and finished[b] and not pending[b]]
+    if done:
+      rows = distributed.fetch((state.tokens, state.logprobs, state.temperatures, state.segments, state.reason,
+                                state.hidden))
+      tokens, logprobs, temps, segments, reason, hidden = rows
+      for b in done:
+        m = int(lengths[b])
+        out[owner[b]] = RowOutput(tokens=np.asarray(tokens[b, :m]), logprobs=np.asarray(logprobs[b, :m]),
+                                  temperatures=np.asarray(temps[b, :m]), segments=np.asarray(segments[b, :m]),
+                                  finish_reason=int(reason[b]),
+                                  hidden=None if hidden is None else np.asarray(hidden[b], np.float32))
+        owner[b] = -1
+    live = [b for b in range(B) if owner[b] >= 0]
+    if not waiting and live and B > floor and len(live) <= B // 2:
+      half = max(B // 2, floor)
+      rows = live + [b for b in range(B) if owner[b] < 0][:half - len(live)]
+      state = _compiled("gather")(model, state, jnp.asarray(rows, jnp.int32))
+      owner, drawn = [owner[b] for b in rows], drawn[rows]
+      B = half
+  return out  # type: ignore[return-value]
+
+
+def _insert_group(model: Model, params: Params, state: Slots, prompts: Sequence[Sequence[int]], group: list[int],
+                  slots_for: list[int], P: int, share: list[Hashable], row_ids: Sequence[int],
+                  extras: Optional[Extras], min_prefill_rows: int, pad_id: int, stats: SlotStats) -> Slots:
+  """Prefill the prompts `group` (all of width P) into slots `slots_for`, equal prompts once."""
+  B = state.finished.shape[0]
+  unique: dict[Hashable, int] = {}
+  source = [unique.setdefault(share[i], len(unique)) for i in group]
+  firsts = [group[source.index(j)] for j in range(len(unique))]  # the first prompt of each share key
+  rows = _bucket(len(firsts), max(1, min_prefill_rows), B)
+  tokens = np.full((rows, P), pad_id, np.int32)
+  mask = np.zeros((rows, P), bool)
+  mask[:, -1] = True  # filler rows carry one token
+  for r, i in enumerate(firsts):
+    ids = list(prompts[i])[-P:]
+    tokens[r, P - len(ids):], mask[r, P - len(ids):] = ids, True
+  dest = np.full((B,), B, np.int32)
+  src = np.zeros((B,), np.int32)
+  ids = np.zeros((B,), np.int32)
+  dest[:len(group)], src[:len(group)], ids[:len(group)] = slots_for, source, [row_ids[i] for i in group]
+  if extras is not None:
+    more = extras(firsts, tokens, mask)
+    positions, delta = more["mrope"]
+    image_features = more.get("image_features")
+  else:
+    positions, delta, image_features = positions_from_mask(jnp.asarray(mask)), np.zeros((rows,), np.int32), None
+  stats.prefills += 1
+  stats.prefill_rows += len(firsts)
+  stats.shared += len(group) - len(firsts)
+  return _compiled("insert")(model, params, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(positions),
+                 jnp.asarray(delta, jnp.int32), jnp.asarray(dest), jnp.asarray(src), jnp.asarray(ids),
+                 image_features)
+
+
+def _bucket(n: int, low: int, high: int) -> int:
+  """The smallest power-of-two multiple of `low` that holds n, at most max(high, n)."""
+  rows = low
+  while rows < n:
+    rows *= 2
+  return max(min(rows, high), n)
