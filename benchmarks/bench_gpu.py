@@ -11,11 +11,14 @@ it (benchmarks/results/accelerator_<device>.json; --output to choose).
             (the matmul FLOPs of forward and backward; attention's score FLOPs are left out, so MFU is slightly
             understated at long prompts)
 
-Each part runs as its own process under --part_timeout_s (a part that does not finish is reported so and the
-rest still run); the device's bandwidth and peak come from DEVICES by its kind (--hbm_gbps / --peak_tflops
-override). The continuous-batching loop row (issue 55's third figure) has no sampler to measure yet: the loop
-still calls the fixed-shape sampler, whose in-loop figure is benchmarks/loop_sampler.py's. Prints and writes,
-asserts nothing.
+  loop      benchmarks/loop_sampler.py --config=<--loop_config> --iterations=1 --modes=fixed,continuous: one
+            rollout of a text world (TextWorld-Express by default, its warm start trained first where not cached)
+            through the actor pool with the fixed-shape sampler and with continuous batching, from the same
+            episodes; each mode's warm new tokens/s and its ratio to the sampler alone at the loop's shapes
+
+Each part runs as its own process under --part_timeout_s (--loop_timeout_s for the loop; a part that does not
+finish is reported so and the rest still run); the device's bandwidth and peak come from DEVICES by its kind
+(--hbm_gbps / --peak_tflops override). Prints and writes, asserts nothing.
 
   .venv/bin/python benchmarks/bench_gpu.py [--presets qwen3-0.6b,qwen3-1.7b] [--output PATH]
 """
@@ -87,12 +90,24 @@ def learner_row(stdout: str, num_params: float, peak_tflops: float) -> dict[str,
   return row
 
 
+def loop_rows(stdout: str) -> dict[str, dict[str, float]]:
+  """{mode: {"warm_tokens_per_s", "alone_over_loop"}} from benchmarks/loop_sampler.py's report."""
+  rows: dict[str, dict[str, float]] = {}
+  for mode, warm in re.findall(r"^(fixed|continuous|streaming)\s.*?; warm ([\d,]+) tok/s", stdout, re.M):
+    rows[mode] = {"warm_tokens_per_s": float(warm.replace(",", ""))}
+  for mode, ratio in zip(list(rows), re.findall(r"alone / loop \(warm\): ([\d.]+)x", stdout)):
+    rows[mode]["alone_over_loop"] = float(ratio)
+  return rows
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--presets", default="qwen3-0.6b,qwen3-1.7b")
   parser.add_argument("--hbm_gbps", type=float, default=0.0)
   parser.add_argument("--peak_tflops", type=float, default=0.0)
   parser.add_argument("--part_timeout_s", type=float, default=150.0)
+  parser.add_argument("--loop_config", default="configs/gigpo_twx.py")
+  parser.add_argument("--loop_timeout_s", type=float, default=240.0)
   parser.add_argument("--output", default="")
   args = parser.parse_args()
 
@@ -117,6 +132,11 @@ def main() -> None:
     entry["learner"] = {**learner_row(stdout, entry["params"], peak), "seconds": seconds, "error": error}
     print(f"[{name}] learner ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
 
+  stdout, seconds, error = run_part(["benchmarks/loop_sampler.py", f"--config={args.loop_config}", "--iterations=1",
+                                     "--modes=fixed,continuous"], args.loop_timeout_s)
+  result["loop"] = {"config": args.loop_config, "modes": loop_rows(stdout), "seconds": seconds, "error": error}
+  print(f"[loop] {args.loop_config} ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+
   print("\n| shape (bf16) | decode tok/s, batch 1 | roofline, batch 1 | decode tok/s, batch 64 | roofline, batch 64 "
         "| learner step ms | learner MFU |")
   print("|---|---|---|---|---|---|---|")
@@ -128,6 +148,11 @@ def main() -> None:
           f"{cell(batches.get(64, {}), 'decode_tokens_per_s', '{:,.0f}')} | "
           f"{cell(batches.get(64, {}), 'roofline_fraction', '{:.0%}')} | {cell(learner, 'step_ms', '{:.1f}')} | "
           f"{cell(learner, 'mfu', '{:.1%}')} |")
+  modes = result["loop"]["modes"]
+  print("\n| loop (" + args.loop_config + ") | warm new tok/s | alone / loop |\n|---|---|---|")
+  for mode in ("fixed", "continuous"):
+    row = modes.get(mode, {})
+    print(f"| {mode} | {row.get('warm_tokens_per_s', float('nan')):,.0f} | {row.get('alone_over_loop', float('nan')):.2f}x |")
   path = args.output or os.path.join(REPO, "benchmarks", "results",
                                      f"accelerator_{re.sub(r'[^a-z0-9]+', '_', kind.lower()).strip('_')}.json")
   os.makedirs(os.path.dirname(path), exist_ok=True)

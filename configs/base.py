@@ -106,10 +106,13 @@ def get_config() -> ml_collections.ConfigDict:
                                    # compiled shapes)
   c.rollout.prompt_width_bucket = 64  # a prompt is sampled at its length rounded up to this: a row's bits depend
                                       # on its width, so a protocol keeps one setting
-  # Continuous batching (sampling/slots.py): a round's requests stream through the batch's rows as decode slots,
-  # each finished row refilled by the next prompt, one prefill per width and task-group prompt. Same tokens as
-  # the fixed-shape calls; log-probs move in their last bits (<= 1e-5), so a protocol keeps one setting.
-  c.rollout.continuous_batching = False
+  # How the central sampler batches requests. "fixed": one generate call per prompt width, batch-sized, every row
+  # waiting for the longest. "continuous" (sampling/slots.py): a round's requests go through the batch's rows as
+  # decode slots, each finished row refilled by the next prompt, one prefill per width and per task group's
+  # prompt. "streaming": the same slots, and each response goes back to its actor as soon as it is done, its
+  # next request joining the slots while the others decode. The same tokens as "fixed"; log-probs move in their
+  # last bits (<= 1e-5; with "streaming" they depend on timing), so a protocol keeps one setting.
+  c.rollout.batching = "fixed"
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

@@ -14,6 +14,12 @@ step their environments while `policy_fn` samples for the others. Final requests
 from a hook's final_prompt) go to `policy_fn` with the others. Results come back sorted by episode_id,
 whatever the timing.
 
+Streaming. A `policy_fn` that also has `submit(requests)`, `advance() -> responses` and `busy`
+(train/inference.py's StreamingPolicy, rollout.batching = "streaming") is fed as requests arrive instead: each
+loop submits what has come in (waiting for a first message only while the policy is idle), runs one round of
+the policy's decoding while it is busy, and hands every response done in that round to its actor at once, so
+an actor whose environment steps fast is not held by the slowest row. Multi-process runs keep their rounds.
+
 Transport. Each actor process has its own two channels, so no death can damage another actor's: a
 spawn-context Queue to it (its feeder thread means the learner never blocks on a slow or hung actor) and
 a one-way Pipe back (one writer per pipe: a process killed halfway through a message ruins only its own
@@ -60,23 +66,23 @@ reports whether jax got loaded (`actor_info()`), and the pool warns when it did.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import multiprocessing
 import os
 import pickle
-import signal
 import time
 import warnings
 import weakref
 from multiprocessing import connection
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from explore_jax.actors.actor import ActorConfig, actor_main
-from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
+from explore_jax.actors.protocol import (ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
                                          Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, PromptHook,
                                          PromptRequest, Response)
+from explore_jax.actors.pool_state import (ActorSlot, Exchange, Round, RunState, Share, exit_text, release,
+                                           shutdown)
 from explore_jax.images import ImageLayout
 
 PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
@@ -84,118 +90,7 @@ PolicyFn = Callable[[list[PromptRequest]], Sequence[Response]]
 EmbedFn = Callable[[list[EmbedRequest]], Sequence[np.ndarray]]
 # What actors ask the learner for, with the actor and the incarnation of its process that asked (no actor:
 # another process's actors asked; the answer is theirs).
-_Asked = tuple[Union[PromptRequest, EmbedRequest], Optional["_Actor"], int]
-
-
-class Exchange(Protocol):
-  """What a multi-process pool needs from the learner side: an allgather among the run's processes."""
-  process_index: int
-  process_count: int
-
-  def allgather(self, obj: Any) -> list[Any]:
-    """Every process's `obj` (picklable), in process order; a collective call."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Round:
-  """One process's part of a round: its actors' pending requests, whether its share is done, its error."""
-  requests: list[Union[PromptRequest, EmbedRequest]]
-  finished: bool
-  error: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Share:
-  """One process's part of a run, exchanged at its end: its results and its local fault counters."""
-  results: list[EpisodeResult]
-  restarts: int
-  actor_drops: int
-
-# How long close() lets actors finish closing their environments before killing them.
-_CLOSE_GRACE_S = 5.0
-
-
-@dataclasses.dataclass
-class _Actor:
-  """The learner's view of one actor slot; its process is replaced on failure, the slot stays."""
-  actor_id: int
-  process: Any = None
-  inbox: Any = None            # Queue, learner -> actor
-  conn: Any = None             # Connection, actor -> learner
-  hello: Optional[ActorHello] = None
-  failure: Optional[str] = None
-  incarnation: int = 0
-  started_at: float = 0.0
-  live: dict[int, EpisodeSpec] = dataclasses.field(default_factory=dict)
-  owed: int = 0                # messages the actor has to answer (specs, responses, a cancellation)
-  last_progress: float = 0.0   # last message, or when it last got work while owing nothing
-  cancelling: bool = False     # what it sends before EpisodesCancelled belongs to a failed run
-
-  @property
-  def ready(self) -> bool:
-    return self.process is not None and self.hello is not None and not self.cancelling
-
-
-class _Run:
-  """The state of one `run` call: episodes still to hand out, results, counters."""
-
-  def __init__(self, specs: list[EpisodeSpec], on_result: Optional[Callable[[EpisodeResult], None]] = None):
-    self.on_result = on_result
-    self.total = len(specs)
-    self.pending = collections.deque(specs)
-    self.results: dict[int, EpisodeResult] = {}
-    self.restarts = 0
-    self.actor_drops = 0
-    self.policy_calls = 0
-    self.requests = 0
-    self.max_batch = 0
-    self.policy_seconds = 0.0
-    self.embed_calls = 0
-    self.embed_requests = 0
-    self.embed_seconds = 0.0
-    self.wait_seconds = 0.0
-    self.rounds = 0               # multi-process runs: exchanges of requests, and the time spent in them
-    self.exchange_seconds = 0.0
-
-  @property
-  def unfinished(self) -> bool:
-    return len(self.results) < self.total
-
-  def finish(self, result: EpisodeResult) -> None:
-    self.results[result.spec.episode_id] = result
-    if self.on_result is not None:
-      self.on_result(result)
-
-  def drop(self, spec: EpisodeSpec, error: str, actor_id: int) -> None:
-    self.finish(EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0, feedback="", error=error,
-                              actor_id=actor_id))
-    self.actor_drops += 1
-
-  def metrics(self, wall_seconds: float) -> dict[str, float]:
-    results = self.results.values()
-    dropped = sum(r.dropped for r in results)
-    return dict(
-        episodes=self.total,
-        episodes_done=self.total - dropped,
-        episodes_dropped=dropped,
-        dropped_by_env_errors=dropped - self.actor_drops,
-        dropped_by_actor_failures=self.actor_drops,
-        actor_restarts=self.restarts,
-        steps=sum(len(r.steps) for r in results),
-        truncated_prompts=sum(r.truncated_prompts for r in results),
-        policy_calls=self.policy_calls,
-        requests=self.requests,
-        mean_batch_size=self.requests / max(self.policy_calls, 1),
-        max_batch_size=self.max_batch,
-        policy_seconds=self.policy_seconds,
-        embed_calls=self.embed_calls,
-        embed_requests=self.embed_requests,
-        embed_seconds=self.embed_seconds,
-        wait_seconds=self.wait_seconds,
-        rounds=self.rounds,
-        exchange_seconds=self.exchange_seconds,
-        wall_seconds=wall_seconds,
-    )
+_Asked = tuple[Union[PromptRequest, EmbedRequest], Optional["ActorSlot"], int]
 
 
 class ActorPool:
@@ -264,10 +159,10 @@ class ActorPool:
                                  env_threads or envs_per_actor)
                      for i in range(num_actors)]
     self._ctx = multiprocessing.get_context("spawn")
-    self._actors = [_Actor(i) for i in range(num_actors)]
+    self._actors = [ActorSlot(i) for i in range(num_actors)]
     self._warned_jax = False
     # Actors are stopped even when the pool is dropped without close(), or at interpreter exit.
-    self._finalizer = weakref.finalize(self, _shutdown, self._actors)
+    self._finalizer = weakref.finalize(self, shutdown, self._actors)
     try:
       for actor in self._actors:
         self._spawn(actor)
@@ -304,11 +199,13 @@ class ActorPool:
       raise ValueError(f"episode ids must be unique in a run, got duplicates "
                        f"{sorted(i for i, n in collections.Counter(ids).items() if n > 1)}")
     exchange = self._exchange
-    run = _Run(specs if exchange is None else specs[exchange.process_index::exchange.process_count], on_result)
+    run = RunState(specs if exchange is None else specs[exchange.process_index::exchange.process_count], on_result)
     start = time.monotonic()
     try:
       self._revive(run)
-      if exchange is None:
+      if exchange is None and callable(getattr(policy_fn, "submit", None)):
+        self._stream(run, policy_fn, embed_fn)
+      elif exchange is None:
         while run.unfinished:
           self._assign(run)
           batch = self._collect(run)
@@ -337,7 +234,7 @@ class ActorPool:
 
   # ---- processes --------------------------------------------------------------------------------------
 
-  def _spawn(self, actor: _Actor) -> None:
+  def _spawn(self, actor: ActorSlot) -> None:
     inbox = self._ctx.Queue()
     reader, writer = self._ctx.Pipe(duplex=False)
     process = self._ctx.Process(target=actor_main, args=(self._configs[actor.actor_id], inbox, writer),
@@ -357,7 +254,7 @@ class ActorPool:
     actor.started_at = actor.last_progress = time.monotonic()
     actor.live, actor.owed = {}, 0
 
-  def _replace(self, actor: _Actor, run: Optional[_Run], reason: str) -> None:
+  def _replace(self, actor: ActorSlot, run: Optional[RunState], reason: str) -> None:
     """Kills an actor's process, keeps what it managed to send, drops the rest, starts a new one."""
     process = actor.process
     if process.is_alive():
@@ -368,11 +265,11 @@ class ActorPool:
     # no restart budget to spend on one that just died.
     if actor.hello is None and (actor.failure is not None or run is None):
       failure = actor.failure or f"exit code {process.exitcode} (its stderr may say why)"
-      _release(actor)
+      release(actor)
       raise RuntimeError(f"actor {actor.actor_id} failed to start: {failure}")
     detail = reason + (f"; it reported: {actor.failure}" if actor.failure else "")
     live = list(actor.live.values())
-    _release(actor)
+    release(actor)
     if run is not None:
       for spec in live:
         run.drop(spec, f"dropped: {detail}", actor.actor_id)
@@ -382,13 +279,13 @@ class ActorPool:
                            f"max_restarts={self.max_restarts}; the last time: {detail}")
     self._spawn(actor)
 
-  def _revive(self, run: _Run) -> None:
+  def _revive(self, run: RunState) -> None:
     """Gives every slot a live process before a run (after an aborted run, or a death between runs)."""
     for actor in self._actors:
       if actor.process is None:
         self._spawn(actor)
       elif not actor.process.is_alive():
-        self._replace(actor, run, f"actor {actor.actor_id} {_exit_text(actor.process)} between runs")
+        self._replace(actor, run, f"actor {actor.actor_id} {exit_text(actor.process)} between runs")
 
   def _abort(self) -> None:
     """After a failed run: actors drop its episodes (a hung one is caught by the usual deadline)."""
@@ -401,7 +298,7 @@ class ActorPool:
 
   # ---- the loop ---------------------------------------------------------------------------------------
 
-  def _assign(self, run: _Run) -> None:
+  def _assign(self, run: RunState) -> None:
     while run.pending:
       free = [a for a in self._actors if a.ready and len(a.live) < self.envs_per_actor]
       if not free:
@@ -411,9 +308,9 @@ class ActorPool:
       actor.live[spec.episode_id] = spec
       self._hand_over(actor, spec)
 
-  def _collect(self, run: _Run, wait_s: Optional[float] = None) -> list[_Asked]:
+  def _collect(self, run: RunState, wait_s: Optional[float] = None, window: bool = True) -> list[_Asked]:
     """Blocks for the first message (at most `wait_s`, None: until one comes or a deadline is due), then
-    takes whatever else has arrived (within batch_wait_s)."""
+    takes whatever else has arrived (within batch_wait_s, when `window`)."""
     timeout = self._next_timeout()
     if wait_s is not None:
       timeout = wait_s if timeout is None else min(timeout, wait_s)
@@ -424,7 +321,7 @@ class ActorPool:
       if batch and window_end is None:
         window_end = time.monotonic() + self.batch_wait_s
       # More requests can only come from actors that still owe an answer.
-      if batch and self.batch_wait_s > 0 and any(a.owed for a in self._actors if a.ready):
+      if window and batch and self.batch_wait_s > 0 and any(a.owed for a in self._actors if a.ready):
         timeout = max(0.0, window_end - time.monotonic())
         next_deadline = self._next_timeout()
         timeout = timeout if next_deadline is None else min(timeout, next_deadline)
@@ -433,7 +330,7 @@ class ActorPool:
       if not arrived:
         return [(req, a, inc) for req, a, inc in batch if a.incarnation == inc and req.episode_id in a.live]
 
-  def _answer(self, run: _Run, batch: list[_Asked], policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
+  def _answer(self, run: RunState, batch: list[_Asked], policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
     # A canonical order: what the policy sees does not depend on which actor spoke first.
     batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
     embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
@@ -443,7 +340,40 @@ class ActorPool:
     if prompts:
       self._sample(run, prompts, policy_fn)
 
-  def _rounds(self, run: _Run, policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
+  def _stream(self, run: RunState, policy: Any, embed_fn: Optional[EmbedFn]) -> None:
+    """The single-process loop with a streaming policy (module docstring): prompts go into the policy as they
+    arrive, and each response back to its actor as soon as it is done, while the policy decodes the others."""
+    asked: dict[tuple[int, int], tuple[ActorSlot, int]] = {}
+    while run.unfinished:
+      self._assign(run)
+      # While the policy decodes, take only what has arrived: the next round of decoding is what waits.
+      batch = self._collect(run, 0.0 if policy.busy else None, window=not policy.busy)
+      batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
+      embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
+      prompts = [entry for entry in batch if isinstance(entry[0], PromptRequest)]
+      if embeds:
+        self._embed(run, embeds, embed_fn)
+      if prompts:
+        policy.submit([req for req, _, _ in prompts])
+        asked.update({(req.episode_id, req.step): (actor, incarnation) for req, actor, incarnation in prompts})
+        run.requests += len(prompts)
+      if not policy.busy:
+        continue
+      start = time.monotonic()
+      responses = list(policy.advance())
+      run.policy_seconds += time.monotonic() - start
+      run.policy_calls += 1
+      run.max_batch = max(run.max_batch, len(asked))
+      for response in responses:
+        key = (response.episode_id, response.step)
+        if key not in asked:
+          raise ValueError(f"the streaming policy answered (episode, step) {key}, which was not asked")
+        actor, incarnation = asked.pop(key)
+        # The actor may have been replaced while the policy ran; its episodes are dropped already.
+        if actor.incarnation == incarnation and response.episode_id in actor.live:
+          self._hand_over(actor, response)
+
+  def _rounds(self, run: RunState, policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
     """The multi-process loop (module docstring): collect locally, exchange, answer the union everywhere."""
     exchange = self._exchange
     while True:
@@ -456,7 +386,7 @@ class ActorPool:
       except Exception as e:  # every process must hear of it, or the others would wait in the next round
         failure = e
       start = time.monotonic()
-      views = exchange.allgather(_Round(requests=[req for req, _, _ in asked], finished=not run.unfinished,
+      views = exchange.allgather(Round(requests=[req for req, _, _ in asked], finished=not run.unfinished,
                                         error=None if failure is None else f"{type(failure).__name__}: {failure}"))
       run.exchange_seconds += time.monotonic() - start
       run.rounds += 1
@@ -472,10 +402,10 @@ class ActorPool:
       if asked or others:
         self._answer(run, asked + others, policy_fn, embed_fn)
 
-  def _gather_results(self, run: _Run, total: int) -> None:
+  def _gather_results(self, run: RunState, total: int) -> None:
     """After the rounds: every process's results (and fault counters) in this process's run too."""
     exchange = self._exchange
-    shares = exchange.allgather(_Share(list(run.results.values()), run.restarts, run.actor_drops))
+    shares = exchange.allgather(Share(list(run.results.values()), run.restarts, run.actor_drops))
     for index, share in enumerate(shares):
       if index != exchange.process_index:
         for result in share.results:
@@ -484,7 +414,7 @@ class ActorPool:
     run.restarts = sum(share.restarts for share in shares)
     run.actor_drops = sum(share.actor_drops for share in shares)
 
-  def _embed(self, run: _Run, batch: list[_Asked], embed_fn: Optional[EmbedFn]) -> None:
+  def _embed(self, run: RunState, batch: list[_Asked], embed_fn: Optional[EmbedFn]) -> None:
     requests = [req for req, _, _ in batch]
     if embed_fn is None:
       raise ValueError(f"actors asked for embeddings (the prompt hook defines embedding_texts) of episodes "
@@ -506,7 +436,7 @@ class ActorPool:
       if actor is not None and actor.incarnation == incarnation and req.episode_id in actor.live:
         self._hand_over(actor, Embeddings(req.episode_id, req.step, rows))
 
-  def _sample(self, run: _Run, batch: list[_Asked], policy_fn: PolicyFn) -> None:
+  def _sample(self, run: RunState, batch: list[_Asked], policy_fn: PolicyFn) -> None:
     requests = [req for req, _, _ in batch]
     start = time.monotonic()
     responses = list(policy_fn(requests))
@@ -524,7 +454,7 @@ class ActorPool:
       if actor is not None and actor.incarnation == incarnation and req.episode_id in actor.live:
         self._hand_over(actor, by_key[(req.episode_id, req.step)])
 
-  def _hand_over(self, actor: _Actor, message: Any) -> None:
+  def _hand_over(self, actor: ActorSlot, message: Any) -> None:
     if actor.owed == 0:
       actor.last_progress = time.monotonic()  # the silence clock starts now, not at its last message
     actor.owed += 1
@@ -542,7 +472,7 @@ class ActorPool:
         deadlines.append(a.last_progress + self.episode_timeout_s)
     return None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
 
-  def _poll(self, run: Optional[_Run], timeout: Optional[float]) -> tuple[list[_Asked], int]:
+  def _poll(self, run: Optional[RunState], timeout: Optional[float]) -> tuple[list[_Asked], int]:
     """Waits up to `timeout`, handles messages, deaths and deadlines; -> (requests, channels that spoke)."""
     watched = {}
     for a in self._actors:
@@ -554,7 +484,7 @@ class ActorPool:
     if run is not None and timeout != 0:
       run.wait_seconds += time.monotonic() - start
     batch: list[_Asked] = []
-    dead: dict[int, _Actor] = {}
+    dead: dict[int, ActorSlot] = {}
     for obj in ready:
       actor = watched[obj]
       if obj is actor.conn:
@@ -564,11 +494,11 @@ class ActorPool:
         dead[actor.actor_id] = actor
     for actor in dead.values():
       self._replace(actor, run, f"actor {actor.actor_id} (pid {actor.process.pid}) "
-                    f"{_exit_text(actor.process, wait=True)}")
+                    f"{exit_text(actor.process, wait=True)}")
     self._check_deadlines(run)
     return batch, len(ready)
 
-  def _read(self, actor: _Actor, run: Optional[_Run], batch: list) -> bool:
+  def _read(self, actor: ActorSlot, run: Optional[RunState], batch: list) -> bool:
     """Handles every message waiting on an actor's pipe; False when the pipe has closed (it died)."""
     try:
       while actor.conn.poll():
@@ -577,11 +507,11 @@ class ActorPool:
       return False
     return True
 
-  def _drain(self, actor: _Actor, run: Optional[_Run]) -> None:
+  def _drain(self, actor: ActorSlot, run: Optional[RunState]) -> None:
     """Reads the complete messages a dead actor left (its finished results count; requests do not)."""
     self._read(actor, run, [])
 
-  def _on_message(self, actor: _Actor, message: Any, run: Optional[_Run], batch: list) -> None:
+  def _on_message(self, actor: ActorSlot, message: Any, run: Optional[RunState], batch: list) -> None:
     actor.last_progress = time.monotonic()
     if isinstance(message, ActorHello):
       actor.hello = message
@@ -610,63 +540,15 @@ class ActorPool:
     else:
       raise RuntimeError(f"actor {actor.actor_id} sent an unknown message {type(message).__name__}")
 
-  def _check_deadlines(self, run: Optional[_Run]) -> None:
+  def _check_deadlines(self, run: Optional[RunState]) -> None:
     now = time.monotonic()
     for actor in self._actors:
       if actor.process is None:
         continue
       if actor.hello is None and now - actor.started_at > self.start_timeout_s:
-        _release(actor)
+        release(actor)
         raise RuntimeError(f"actor {actor.actor_id} did not start within start_timeout_s={self.start_timeout_s} s")
       if actor.hello is not None and actor.owed and now - actor.last_progress > self.episode_timeout_s:
         self._replace(actor, run, f"actor {actor.actor_id} (pid {actor.process.pid}) hung: nothing from it for "
                       f"{now - actor.last_progress:.1f} s with work in hand (episode_timeout_s="
                       f"{self.episode_timeout_s}); it was killed")
-
-
-def _exit_text(process: Any, wait: bool = False) -> str:
-  if wait:
-    # Its pipe closes a moment before it exits.
-    process.join(1.0)
-  code = process.exitcode
-  if code is None:
-    return "closed its pipe"
-  if code < 0:
-    try:
-      return f"was killed by {signal.Signals(-code).name}"
-    except ValueError:
-      return f"was killed by signal {-code}"
-  return f"died with exit code {code}"
-
-
-def _release(actor: _Actor) -> None:
-  """Kills (if needed) and reaps an actor's process and closes its channels."""
-  if actor.process is not None:
-    if actor.process.is_alive():
-      actor.process.kill()
-    actor.process.join()
-    actor.process.close()
-  if actor.inbox is not None:
-    # Responses still queued for a dead actor must not keep the learner from exiting.
-    actor.inbox.cancel_join_thread()
-    actor.inbox.close()
-  if actor.conn is not None:
-    actor.conn.close()
-  actor.process = actor.inbox = actor.conn = None
-  actor.hello = None
-  actor.cancelling = False
-  actor.live, actor.owed = {}, 0
-
-
-def _shutdown(actors: list[_Actor]) -> None:
-  for actor in actors:
-    if actor.process is not None and actor.process.is_alive():
-      try:
-        actor.inbox.put(STOP)
-      except (OSError, ValueError):
-        pass
-  deadline = time.monotonic() + _CLOSE_GRACE_S
-  for actor in actors:
-    if actor.process is not None:
-      actor.process.join(max(0.0, deadline - time.monotonic()))
-    _release(actor)

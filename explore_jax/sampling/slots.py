@@ -1,31 +1,36 @@
 """Continuous batching: a fixed set of decode slots, refilled with waiting prompts between jitted chunks.
 
 `generate` (sampler.py) samples a batch in lock step: every row waits for the longest, rows that finish early
-idle, and prompts of different widths go to different calls. `sample` instead keeps `slots` rows of decode
-state on the device, each row with its own cache index and position (a KV cache indexed per row,
-models/transformer.py), and loops on the host:
+idle, and prompts of different widths go to different calls. A `SlotEngine` instead keeps `slots` rows of
+decode state on the device, each row with its own cache index and position (a KV cache indexed per row,
+models/transformer.py). Prompts are `submit`ted at any time; each `advance` is one round on the host:
 
   1. insert   waiting prompts into free slots: one batched prefill per prompt width (`width_bucket`), its rows
               copied into the slots. Prompts that are equal (the G samples of a task group at their first
               step: same tokens, same images) are prefilled once and copied into G slots.
   2. decode   a jitted `lax.while_loop` of decode steps over all slots, which returns as soon as enough slots
               have finished to take the next waiting prompts (or, with none waiting, half of the live rows, so
-              that the tail can shrink), or when every slot is done.
+              that the tail can shrink; with `streaming`, the first row done), or when every slot is done.
   3. harvest  finished rows' outputs to the host; their slots become free.
   4. shrink   with nothing waiting and at most half the slots live, the live rows are gathered into a state of
               half the rows (down to `tail_rows`): the tail decodes at a smaller compiled width instead of
-              carrying finished rows.
+              carrying finished rows. New prompts grow it back to `slots` rows.
+
+`sample` runs a list of prompts through one engine to the end (a call of the inference server under
+rollout.batching = "continuous"); train/inference.py's StreamingPolicy keeps engines across the pool's rounds
+("streaming").
 
 A row draws exactly as in `generate`: token t of the row with id r from key fold_in(fold_in(rng, r), t), at the
 temperature of its segment, filtered by top-k / top-p, with EOS ids and stop sequences ending it; a prompt of
 width P is laid out as `generate` lays it at width P (left padding, its last token consumed by the first decode
 step), in a cache of `cache_len` + max_new_tokens slots. So a row's tokens and log-probs are those `generate`
 gives it alone at that width, up to the last bits of float reductions whose shapes differ (the batch it decodes
-in, the masked cache columns beyond its own): tests/sampling/test_slots.py measures them. Finished rows stay in
-the batch until harvested, consuming their last token again at the same slot and position (an idempotent
-write), which with `return_hidden` gives the state after the last token (`generate`'s hidden at the last token).
+in, the masked cache columns beyond its own): tests/sampling/test_slots.py measures them (log-probs within 5e-6
+on its cases). Finished rows stay in the batch until harvested, consuming their last token again at the same
+slot and position (an idempotent write), which with `return_hidden` gives the state after the last token
+(`generate`'s hidden at the last token).
 
-Images: the caller's `extras(indices, prompt, mask)` gives a prefill batch's `image_features` and `mrope`
+Images: the caller's `extras(tags, prompt, mask)` gives a prefill batch's `image_features` and `mrope`
 (positions [n, P, 3], deltas [n]) as `generate` takes them; decode positions then carry each row's delta.
 """
 
@@ -84,7 +89,7 @@ class RowOutput:
 
 @dataclasses.dataclass
 class SlotStats:
-  """What one `sample` call did (benchmarks/loop_sampler.py prints it)."""
+  """What the `sample` calls given this object did, summed (benchmarks/loop_sampler.py prints it)."""
   prefills: int = 0          # insert calls
   prefill_rows: int = 0      # rows prefilled (after sharing equal prompts)
   shared: int = 0            # slots filled from another slot's prefill
@@ -161,8 +166,9 @@ def _insert(model: Model, params: Params, state: Slots, prompt: jax.Array, promp
 
 
 def _decode(model: Model, params: Params, state: Slots, rng: jax.Array, sampling: SamplingParams,
-            target: jax.Array, *, top_k: int) -> tuple[Slots, jax.Array]:
-  """Decode steps until `target` slots are done (finished, hidden taken) or all are; also the steps run."""
+            target: jax.Array, max_steps: jax.Array, *, top_k: int) -> tuple[Slots, jax.Array]:
+  """Decode steps until `target` slots are done (finished, hidden taken), all are, or `max_steps` ran; also the
+  steps run."""
   B, N = state.tokens.shape
   params = _constrain_tree(model, params, model.param_axes())
   temps = sampling.temperatures.astype(jnp.float32)
@@ -211,17 +217,19 @@ def _decode(model: Model, params: Params, state: Slots, rng: jax.Array, sampling
     return new, i + 1
 
   def cond(carry):
-    s, _ = carry
+    s, i = carry
     done = s.finished & ~s.pending
-    return ~jnp.all(done) & (jnp.sum(done) < target)
+    return ~jnp.all(done) & (jnp.sum(done) < target) & (i < max_steps)
 
   state, steps = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
   return state, steps
 
 
-def _gather(model: Model, state: Slots, rows: jax.Array) -> Slots:
-  """The state of slots `rows` only (the tail's smaller width)."""
-  new = jax.tree.map(lambda x: x[rows], state)
+def _resize(model: Model, state: Slots, empty: Slots, rows: jax.Array) -> Slots:
+  """Row j of the result is row rows[j] of `state`, or of `empty` where rows[j] < 0 (a smaller or larger batch)."""
+  take = rows >= 0
+  new = jax.tree.map(lambda x, e: jnp.where(take.reshape((-1,) + (1,) * (e.ndim - 1)), x[jnp.maximum(rows, 0)], e),
+                     state, empty)
   return _constrain_tree(model, new, _state_axes(new, model))
 
 
@@ -230,134 +238,200 @@ def _compiled(name: str) -> Callable:
   """The jitted device function `name`, donating the slot state where the backend can reuse its buffers (an
   accelerator: the cache is updated in place; the CPU backend cannot, and warns)."""
   fn, static, state_arg = {"insert": (_insert, ("model",), 2), "decode": (_decode, ("model", "top_k"), 2),
-                           "gather": (_gather, ("model",), 1)}[name]
+                           "resize": (_resize, ("model",), 1)}[name]
   donate = (state_arg,) if jax.default_backend() != "cpu" else ()
   return jax.jit(fn, static_argnames=static, donate_argnums=donate)
 
 
 # ---- the host loop -------------------------------------------------------------------------------
 
-Extras = Callable[[list[int], np.ndarray, np.ndarray], dict[str, Any]]
+# extras(tags, prompt, mask): a prefill batch's image_features and mrope for the prompts submitted with `tags`.
+Extras = Callable[[list[Any], np.ndarray, np.ndarray], dict[str, Any]]
+
+
+@dataclasses.dataclass
+class _Waiting:
+  tag: Any
+  prompt: list[int]
+  row_id: int
+  share: Hashable
+  width: int
+
+
+class SlotEngine:
+  """Decode slots that prompts stream into (module docstring): `submit` queues a prompt, `advance` runs one round
+  (insert what fits, decode until enough rows are done, harvest, shrink) and returns the finished rows as (tag,
+  RowOutput) pairs; `busy` while prompts wait or rows decode.
+
+  `chunk_steps` bounds a round's decode steps (None: a round ends only when rows are done). With `streaming` a
+  round with nothing waiting ends as soon as one row is done, so that a caller streaming requests in hands each
+  response out at once (and inserts what arrived meanwhile at the next round). The rows start with `slots` slots; the tail shrinks to `tail_rows`
+  (default slots // 4; `slots` never shrinks) and grows back to `slots` when prompts arrive. `sampling` holds one
+  schedule for all rows.
+  """
+
+  def __init__(self, model: Model, params: Params, sampling: SamplingParams, rng: jax.Array, *, slots: int,
+               max_new_tokens: int, cache_len: int, width_bucket: int = 64, pad_id: int = 0, top_k: int = 0,
+               return_hidden: bool = False, extras: Optional[Extras] = None, min_prefill_rows: int = 4,
+               tail_rows: Optional[int] = None, chunk_steps: Optional[int] = None, streaming: bool = False,
+               stats: Optional[SlotStats] = None):
+    if sampling.temperatures.ndim != 1 or np.ndim(sampling.top_p) != 0:
+      raise ValueError("continuous batching takes one sampling schedule for all rows (1-D temperatures, scalar "
+                       "top_p)")
+    self.model, self.params, self.sampling, self.rng = model, params, sampling, rng
+    self.slots, self.new_tokens, self.cache_len, self.bucket = int(slots), int(max_new_tokens), int(cache_len), int(width_bucket)
+    self.pad_id, self.top_k, self.return_hidden, self.extras = pad_id, top_k, return_hidden, extras
+    self.min_prefill_rows = max(1, int(min_prefill_rows))
+    self.floor = max(1, min(self.slots, int(tail_rows) if tail_rows is not None else self.slots // 4))
+    self.chunk_steps, self.streaming = chunk_steps, streaming
+    self.stats = SlotStats() if stats is None else stats
+    self.waiting: collections.deque[_Waiting] = collections.deque()
+    self.state: Optional[Slots] = None
+    self.owner: list[Optional[_Waiting]] = []  # what each row holds
+    self.drawn = np.zeros((0,), np.int64)      # each row's tokens at the last harvest (stats)
+
+  @property
+  def busy(self) -> bool:
+    return bool(self.waiting) or any(o is not None for o in self.owner)
+
+  def width(self, prompt: Sequence[int]) -> int:
+    return min(self.cache_len, -(-len(prompt) // self.bucket) * self.bucket)
+
+  def submit(self, tag: Any, prompt: Sequence[int], row_id: int, share: Optional[Hashable] = None) -> None:
+    """Queue `prompt` (token ids) with random stream `row_id`; prompts with an equal `share` key (default: the
+    tokens) may share a prefill, so give equal keys only to equal prompts, images included."""
+    if not len(prompt):
+      raise ValueError("every prompt needs at least one token")
+    prompt = [int(t) for t in prompt]
+    self.waiting.append(_Waiting(tag, prompt, int(row_id), tuple(prompt) if share is None else share,
+                                 self.width(prompt)))
+
+  def advance(self) -> list[tuple[Any, RowOutput]]:
+    """One round (class docstring); the rows that finished in it."""
+    if self.waiting:
+      self._resize(self.slots)
+      self._fill()
+    if not any(o is not None for o in self.owner):
+      return []
+    B = len(self.owner)
+    live = sum(o is not None for o in self.owner)
+    if self.waiting:  # return when the next prefill's rows are free
+      target = (B - live) + min(len(self.waiting), self.min_prefill_rows, live)
+    elif self.streaming:  # return each response as soon as it is done
+      target = (B - live) + 1
+    elif B > self.floor:  # return when half the rows are done, to shrink
+      target = B - max(B // 2, self.floor)
+    else:
+      target = B
+    max_steps = self.new_tokens + 1 if self.chunk_steps is None else int(self.chunk_steps)
+    self.state, steps = _compiled("decode")(self.model, self.params, self.state, self.rng, self.sampling,
+                                            jnp.int32(max(target, 1)), jnp.int32(max_steps), top_k=self.top_k)
+    finished, pending, lengths, steps = (np.asarray(x) for x in distributed.fetch(
+        (self.state.finished, self.state.pending, self.state.step, steps)))
+    occupied = np.array([o is not None for o in self.owner])
+    st = self.stats
+    st.chunks, st.decode_steps, st.slot_steps = st.chunks + 1, st.decode_steps + int(steps), st.slot_steps + int(steps) * B
+    st.live_steps += int(np.sum((lengths - self.drawn)[occupied]))
+    st.widths.add(B)
+    self.drawn = lengths.copy()
+    done = [b for b in range(B) if occupied[b] and finished[b] and not pending[b]]
+    out = []
+    if done:
+      s = self.state
+      tokens, logprobs, temps, segments, reason, hidden = distributed.fetch(
+          (s.tokens, s.logprobs, s.temperatures, s.segments, s.reason, s.hidden))
+      for b in done:
+        m = int(lengths[b])
+        out.append((self.owner[b].tag, RowOutput(
+            tokens=np.asarray(tokens[b, :m]), logprobs=np.asarray(logprobs[b, :m]),
+            temperatures=np.asarray(temps[b, :m]), segments=np.asarray(segments[b, :m]),
+            finish_reason=int(reason[b]), hidden=None if hidden is None else np.asarray(hidden[b], np.float32))))
+        self.owner[b] = None
+    live = sum(o is not None for o in self.owner)
+    if not self.waiting and live and B > self.floor and live <= B // 2:
+      self._resize(max(B // 2, self.floor))
+    return out
+
+  def _resize(self, rows: int) -> None:
+    """`rows` rows: the live ones first, then free ones (a new state's when growing)."""
+    if self.state is None:
+      self.state = _empty_jit(self.model, rows, self.cache_len + self.new_tokens, self.new_tokens,
+                              schedule.window_width(self.sampling), self.return_hidden, self.pad_id)
+      self.owner, self.drawn = [None] * rows, np.zeros((rows,), np.int64)
+      return
+    B = len(self.owner)
+    if rows == B:
+      return
+    live = [b for b in range(B) if self.owner[b] is not None]
+    order = (live + [b for b in range(B) if self.owner[b] is None])[:rows]
+    order += [-1] * (rows - len(order))  # new free rows
+    empty = _empty_jit(self.model, rows, self.cache_len + self.new_tokens, self.new_tokens,
+                       schedule.window_width(self.sampling), self.return_hidden, self.pad_id)
+    self.state = _compiled("resize")(self.model, self.state, empty, jnp.asarray(order, jnp.int32))
+    self.owner = [self.owner[b] if b >= 0 else None for b in order]
+    self.drawn = np.array([self.drawn[b] if b >= 0 else 0 for b in order], np.int64)
+
+  def _fill(self) -> None:
+    """Waiting prompts into the free rows, in order; one prefill per width."""
+    free = [b for b, o in enumerate(self.owner) if o is None]
+    taken = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
+    by_width: dict[int, list[_Waiting]] = {}
+    for w in taken:
+      by_width.setdefault(w.width, []).append(w)
+    for P, group in sorted(by_width.items()):
+      rows, free = free[:len(group)], free[len(group):]
+      self._insert(group, rows, P)
+      for b, w in zip(rows, group):
+        self.owner[b], self.drawn[b] = w, 0
+
+  def _insert(self, group: list[_Waiting], rows: list[int], P: int) -> None:
+    """Prefill `group` (all of width P) into `rows`, equal prompts once."""
+    B = len(self.owner)
+    unique: dict[Hashable, int] = {}
+    source = [unique.setdefault(w.share, len(unique)) for w in group]
+    firsts = [group[source.index(j)] for j in range(len(unique))]  # the first prompt of each share key
+    n = _bucket(len(firsts), self.min_prefill_rows, B)
+    tokens = np.full((n, P), self.pad_id, np.int32)
+    mask = np.zeros((n, P), bool)
+    mask[:, -1] = True  # filler rows carry one token
+    for r, w in enumerate(firsts):
+      ids = w.prompt[-P:]
+      tokens[r, P - len(ids):], mask[r, P - len(ids):] = ids, True
+    dest = np.full((B,), B, np.int32)  # out of range: not written
+    src, ids = np.zeros((B,), np.int32), np.zeros((B,), np.int32)
+    dest[:len(group)], src[:len(group)], ids[:len(group)] = rows, source, [w.row_id for w in group]
+    if self.extras is not None:
+      more = self.extras([w.tag for w in firsts], tokens, mask)
+      positions, delta = more["mrope"]
+      image_features = more.get("image_features")
+    else:
+      positions, delta, image_features = positions_from_mask(jnp.asarray(mask)), np.zeros((n,), np.int32), None
+    st = self.stats
+    st.prefills, st.prefill_rows, st.shared = st.prefills + 1, st.prefill_rows + len(firsts), st.shared + len(group) - len(firsts)
+    self.state = _compiled("insert")(self.model, self.params, self.state, jnp.asarray(tokens), jnp.asarray(mask),
+                                     jnp.asarray(positions), jnp.asarray(delta, jnp.int32), jnp.asarray(dest),
+                                     jnp.asarray(src), jnp.asarray(ids), image_features)
 
 
 def sample(model: Model, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
-           rng: jax.Array, *, row_ids: Sequence[int], max_new_tokens: int, slots: int, cache_len: int,
-           width_bucket: int = 64, pad_id: int = 0, top_k: int = 0, return_hidden: bool = False,
-           share: Optional[Sequence[Hashable]] = None, extras: Optional[Extras] = None,
-           min_prefill_rows: int = 4, tail_rows: Optional[int] = None,
-           stats: Optional[SlotStats] = None) -> list[RowOutput]:
-  """Sample every prompt through `slots` decode slots (module docstring); one RowOutput per prompt, in order.
+           rng: jax.Array, *, row_ids: Sequence[int], share: Optional[Sequence[Hashable]] = None,
+           **engine: Any) -> list[RowOutput]:
+  """Every prompt through a SlotEngine (module docstring); one RowOutput per prompt, in order.
 
-  prompts: token ids, each at most `cache_len` (its width: its length rounded up to `width_bucket`, at most
-  `cache_len`); row_ids name each prompt's random stream (distinct per sample); share[i] (default: the tokens)
-  marks prompts that may share a prefill: give equal keys only to prompts that are equal, images included.
-  extras: a VL policy's prefill inputs (module docstring). tail_rows: the fewest rows the tail shrinks to
-  (default slots // 4; `slots` to never shrink). `sampling` holds one schedule for all rows.
+  row_ids name each prompt's random stream (distinct per sample); share[i] (default: the tokens) marks prompts
+  that may share a prefill. Prompts are queued by width, so that prefills are full. `engine`: SlotEngine's
+  options (slots, max_new_tokens and cache_len are needed; extras get prompt indices as tags).
   """
-  n = len(prompts)
-  if len(row_ids) != n:
-    raise ValueError(f"{n} prompts but {len(row_ids)} row ids")
-  if sampling.temperatures.ndim != 1 or np.ndim(sampling.top_p) != 0:
-    raise ValueError("continuous batching takes one sampling schedule for all rows (1-D temperatures, scalar top_p)")
-  if any(not p for p in prompts):
-    raise ValueError("every prompt needs at least one token")
-  stats = SlotStats() if stats is None else stats
-  out: list[Optional[RowOutput]] = [None] * n
-  if n == 0:
-    return []
-  share = [tuple(p) for p in prompts] if share is None else list(share)
-  width = lambda i: min(cache_len, -(-len(prompts[i]) // width_bucket) * width_bucket)  # noqa: E731
-  waiting = collections.deque(sorted(range(n), key=lambda i: (width(i), i)))
-  B = int(slots)
-  floor = max(1, min(B, int(tail_rows) if tail_rows is not None else max(1, B // 4)))
-  state = _empty_jit(model, B, cache_len + max_new_tokens, max_new_tokens, schedule.window_width(sampling),
-                     return_hidden, pad_id)
-  owner = [-1] * B  # the prompt each slot holds
-  drawn = np.zeros((B,), np.int64)  # each slot's tokens at the last harvest (stats)
-  while waiting or any(o >= 0 for o in owner):
-    free = [b for b in range(B) if owner[b] < 0]
-    if waiting and free:
-      taken = [waiting.popleft() for _ in range(min(len(free), len(waiting)))]
-      by_width: dict[int, list[int]] = {}
-      for i in taken:
-        by_width.setdefault(width(i), []).append(i)
-      for P, group in by_width.items():
-        slots_for = free[:len(group)]
-        free = free[len(group):]
-        state = _insert_group(model, params, state, prompts, group, slots_for, P, share, row_ids, extras,
-                              min_prefill_rows, pad_id, stats)
-        for b, i in zip(slots_for, group):
-          owner[b], drawn[b] = i, 0
-    live = sum(o >= 0 for o in owner)
-    if waiting:  # return when the next prefill's rows are free
-      target = (B - live) + min(len(waiting), max(min_prefill_rows, 1), live)
-    elif B > floor:  # return when half the rows are done, to shrink
-      target = B - max(B // 2, floor)
-    else:
-      target = B
-    state, steps = _compiled("decode")(model, params, state, rng, sampling, jnp.int32(max(target, 1)), top_k=top_k)
-    host = distributed.fetch((state.finished, state.pending, state.step, steps))
-    finished, pending, lengths, steps = (np.asarray(x) for x in host)
-    occupied = np.array([o >= 0 for o in owner])
-    stats.chunks += 1
-    stats.decode_steps += int(steps)
-    stats.slot_steps += int(steps) * B
-    stats.live_steps += int(np.sum((lengths - drawn)[occupied]))
-    stats.widths.add(B)
-    drawn = lengths.copy()
-    done = [b for b in range(B) if owner[b] >= 0 and finished[b] and not pending[b]]
-    if done:
-      rows = distributed.fetch((state.tokens, state.logprobs, state.temperatures, state.segments, state.reason,
-                                state.hidden))
-      tokens, logprobs, temps, segments, reason, hidden = rows
-      for b in done:
-        m = int(lengths[b])
-        out[owner[b]] = RowOutput(tokens=np.asarray(tokens[b, :m]), logprobs=np.asarray(logprobs[b, :m]),
-                                  temperatures=np.asarray(temps[b, :m]), segments=np.asarray(segments[b, :m]),
-                                  finish_reason=int(reason[b]),
-                                  hidden=None if hidden is None else np.asarray(hidden[b], np.float32))
-        owner[b] = -1
-    live = [b for b in range(B) if owner[b] >= 0]
-    if not waiting and live and B > floor and len(live) <= B // 2:
-      half = max(B // 2, floor)
-      rows = live + [b for b in range(B) if owner[b] < 0][:half - len(live)]
-      state = _compiled("gather")(model, state, jnp.asarray(rows, jnp.int32))
-      owner, drawn = [owner[b] for b in rows], drawn[rows]
-      B = half
+  if len(row_ids) != len(prompts):
+    raise ValueError(f"{len(prompts)} prompts but {len(row_ids)} row ids")
+  e = SlotEngine(model, params, sampling, rng, **engine)
+  for i in sorted(range(len(prompts)), key=lambda i: (e.width(prompts[i]), i)):
+    e.submit(i, prompts[i], row_ids[i], None if share is None else share[i])
+  out: list[Optional[RowOutput]] = [None] * len(prompts)
+  while e.busy:
+    for i, row in e.advance():
+      out[i] = row
   return out  # type: ignore[return-value]
-
-
-def _insert_group(model: Model, params: Params, state: Slots, prompts: Sequence[Sequence[int]], group: list[int],
-                  slots_for: list[int], P: int, share: list[Hashable], row_ids: Sequence[int],
-                  extras: Optional[Extras], min_prefill_rows: int, pad_id: int, stats: SlotStats) -> Slots:
-  """Prefill the prompts `group` (all of width P) into slots `slots_for`, equal prompts once."""
-  B = state.finished.shape[0]
-  unique: dict[Hashable, int] = {}
-  source = [unique.setdefault(share[i], len(unique)) for i in group]
-  firsts = [group[source.index(j)] for j in range(len(unique))]  # the first prompt of each share key
-  rows = _bucket(len(firsts), max(1, min_prefill_rows), B)
-  tokens = np.full((rows, P), pad_id, np.int32)
-  mask = np.zeros((rows, P), bool)
-  mask[:, -1] = True  # filler rows carry one token
-  for r, i in enumerate(firsts):
-    ids = list(prompts[i])[-P:]
-    tokens[r, P - len(ids):], mask[r, P - len(ids):] = ids, True
-  dest = np.full((B,), B, np.int32)
-  src = np.zeros((B,), np.int32)
-  ids = np.zeros((B,), np.int32)
-  dest[:len(group)], src[:len(group)], ids[:len(group)] = slots_for, source, [row_ids[i] for i in group]
-  if extras is not None:
-    more = extras(firsts, tokens, mask)
-    positions, delta = more["mrope"]
-    image_features = more.get("image_features")
-  else:
-    positions, delta, image_features = positions_from_mask(jnp.asarray(mask)), np.zeros((rows,), np.int32), None
-  stats.prefills += 1
-  stats.prefill_rows += len(firsts)
-  stats.shared += len(group) - len(firsts)
-  return _compiled("insert")(model, params, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(positions),
-                 jnp.asarray(delta, jnp.int32), jnp.asarray(dest), jnp.asarray(src), jnp.asarray(ids),
-                 image_features)
 
 
 def _bucket(n: int, low: int, high: int) -> int:

@@ -37,8 +37,8 @@ TRAIN, HELD_OUT = "train", "held-out"
 # In the warm start's pass@k cache key: entries cached when its samples came from the RL seed's key are not read.
 WARM_SAMPLES_FROM = "sft.seed"
 # A sampled row's bits depend on its width (rollout.prompt_width_bucket), so another width is in that key too;
-# the width every entry before it was sampled at is not, so that those entries keep their keys. Continuous
-# batching (its last bits) is in the key only when on, for the same reason.
+# the width every entry before it was sampled at is not, so that those entries keep their keys. Batching other
+# than "fixed" (its last bits) is in the key only when set, for the same reason.
 UNKEYED_PROMPT_WIDTH = 64
 
 
@@ -152,7 +152,7 @@ class Evaluator:
         warm_start_key, _env_key(c), c.eval.to_dict(), c.rollout.max_new_tokens, c.rollout.top_p,
         c.get("instruction", ""), c.get("system_prompt"), c.rollout.task_pool,  # task_pool: the held-in set
         WARM_SAMPLES_FROM, *([{"prompt_width_bucket": width}] if width != UNKEYED_PROMPT_WIDTH else []),
-        *([{"continuous_batching": True}] if c.rollout.get("continuous_batching") else [])) + ".json")
+        *([{"batching": c.rollout.batching}] if c.rollout.get("batching", "fixed") != "fixed" else [])) + ".json")
     cached = c.sft.enabled and jax.process_count() == 1
     if cached and os.path.exists(cache):
       storage.copy(cache, path)

@@ -38,13 +38,16 @@ import numpy as np
 from explore_jax import sampling
 from explore_jax.actors.protocol import PromptRequest, Response
 from explore_jax.images import ImageLayout
-from explore_jax.models import Model
+from explore_jax.models import Model, positions_from_mask
 from explore_jax.models import lora as lora_lib
 from explore_jax.models.config import language_config
 from explore_jax.models import vision as vision_lib
 from explore_jax.models import vl as vl_lib
 from explore_jax.parallel import distributed
 from explore_jax.sampling import slots as slots_lib
+
+
+BATCHING = ("fixed", "continuous", "streaming")  # rollout.batching
 
 
 @dataclasses.dataclass
@@ -64,10 +67,11 @@ class InferenceServer:
   # batch_size) that hold its requests, so a call half full does half the work (more compiled shapes).
   min_rows: int = 0
   width_bucket: int = 64  # prompt widths are multiples of this (at most prompt_len)
-  # Continuous batching (sampling/slots.py): a call's requests stream through batch_size decode slots, a
-  # finished row's slot refilled by the next prompt, instead of fixed-shape calls per width (min_rows is then
-  # unused). A row's tokens are those of the fixed-shape call; its last bits may move (slots.py).
-  continuous: bool = False
+  # rollout.batching. "fixed": fixed-shape generate calls per width. "continuous": a call's requests go through
+  # batch_size decode slots (sampling/slots.py), a finished row's slot refilled by the next prompt (min_rows is
+  # then unused). "streaming": `bind` gives a StreamingPolicy, into whose slots the pool streams requests as
+  # actors ask. A row's tokens are the fixed-shape call's; its last bits may move (slots.py).
+  batching: str = "fixed"
   final_len: int = 0  # new tokens of a final generation (PromptRequest.final); 0: response_len
   # What EmbedRequests are answered with: an object whose encode(texts) gives unit rows [N, E] (hf.load_encoder);
   # None: the policy's own mean final hidden state.
@@ -76,6 +80,8 @@ class InferenceServer:
   def __post_init__(self):
     if isinstance(self.width_bucket, bool) or not isinstance(self.width_bucket, int) or self.width_bucket < 1:
       raise ValueError(f"width_bucket (rollout.prompt_width_bucket) must be a positive int, got {self.width_bucket!r}")
+    if self.batching not in BATCHING:
+      raise ValueError(f"rollout.batching must be one of {BATCHING}, got {self.batching!r}")
     if self.final_len < 0:
       raise ValueError(f"final_len (rollout.final_max_new_tokens) must be >= 0, got {self.final_len}")
     self._bound_params = None
@@ -99,9 +105,10 @@ class InferenceServer:
     """(policy_fn, embed_fn) for ActorPool.run, sampling with `params` from streams of `key`."""
     params = self.policy_params(params)
     self._bound_params = params
-    return (functools.partial(self.policy_fn, params=params, key=key, params_sampling=params_sampling,
-                              version=version, features=features),
-            functools.partial(self.embed_fn, params=params))
+    bound = dict(params=params, key=key, params_sampling=params_sampling, version=version, features=features)
+    policy = StreamingPolicy(self, **bound) if self.batching == "streaming" else functools.partial(
+        self.policy_fn, **bound)
+    return policy, functools.partial(self.embed_fn, params=params)
 
   def encode(self, texts: list[str]) -> np.ndarray:
     """[len(texts), E] unit rows from the encoder EmbedRequests are answered with (the policy's: with the
@@ -127,7 +134,7 @@ class InferenceServer:
 
   def _sample(self, requests: list[PromptRequest], new_tokens: int, *, params: Any, key: jax.Array,
               params_sampling: sampling.SamplingParams, version: int, features: bool) -> list[Response]:
-    if self.continuous:
+    if self.batching != "fixed":
       return self._sample_slots(requests, new_tokens, params=params, key=key, params_sampling=params_sampling,
                                 version=version, features=features)
     out: list[Response] = []
@@ -157,17 +164,23 @@ class InferenceServer:
       return []
     extras = None
     if any(r.images for r in requests):
-      def extras(rows: list[int], prompt: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
-        return self._image_inputs(params, [requests[i] for i in rows], prompt, mask)
-    share = [(tuple(r.prompt_ids), tuple(_digest(image) for image in r.images)) for r in requests]
+      extras = functools.partial(self._slot_extras, params, lambda rows: [requests[i] for i in rows])
     rows = slots_lib.sample(self.model, params, [r.prompt_ids for r in requests], params_sampling, key,
-                            row_ids=[self.row_id(r) for r in requests], max_new_tokens=new_tokens,
-                            slots=self.batch_size, cache_len=self.prompt_len, width_bucket=self.width_bucket,
-                            pad_id=self.pad_id, return_hidden=features, share=share, extras=extras,
-                            stats=self.slot_stats)
-    return [Response(episode_id=r.episode_id, step=r.step, tokens=o.tokens, logprobs=o.logprobs,
-                     temperatures=o.temperatures, segments=o.segments, policy_version=version, features=o.hidden)
-            for r, o in zip(requests, rows)]
+                            row_ids=[self.row_id(r) for r in requests], share=[_share_key(r) for r in requests],
+                            extras=extras, **self._engine_options(new_tokens, features))
+    return [_response(r, o, version) for r, o in zip(requests, rows)]
+
+  def _engine_options(self, new_tokens: int, features: bool) -> dict[str, Any]:
+    return dict(max_new_tokens=new_tokens, slots=self.batch_size, cache_len=self.prompt_len,
+                width_bucket=self.width_bucket, pad_id=self.pad_id, return_hidden=features, stats=self.slot_stats)
+
+  def _slot_extras(self, params: Any, requests_of: Callable[[list], list[PromptRequest]], tags: list,
+                   prompt: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+    """A slot prefill's image features and mRoPE positions (a prefill without images: text positions)."""
+    chunk = requests_of(tags)
+    if any(r.images for r in chunk):
+      return self._image_inputs(params, chunk, prompt, mask)
+    return {"mrope": (np.asarray(positions_from_mask(mask)), np.zeros((len(mask),), np.int32))}
 
   def _image_inputs(self, params: Any, chunk: list[PromptRequest], prompt: np.ndarray, mask: np.ndarray
                     ) -> dict[str, Any]:
@@ -229,6 +242,57 @@ class InferenceServer:
       ids = ids[-width:]
       tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
     return tokens, mask
+
+
+class StreamingPolicy:
+  """The policy_fn of rollout.batching = "streaming": callable on a batch as policy_fn is, and a pool that streams
+  (actors/pool.py) `submit`s requests as actors ask and calls `advance` while it is `busy`; each advance runs a
+  round of decode slots (one SlotEngine per budget of new tokens: steps', final generations') and returns the
+  responses done in it."""
+
+  def __init__(self, server: InferenceServer, *, params: Any, key: jax.Array,
+               params_sampling: sampling.SamplingParams, version: int, features: bool):
+    self.server, self.params, self.key, self.params_sampling = server, params, key, params_sampling
+    self.version, self.features = version, features
+    self._engines: dict[int, slots_lib.SlotEngine] = {}
+    self._requests: dict[tuple[int, int], PromptRequest] = {}
+
+  def __call__(self, requests: list[PromptRequest]) -> list[Response]:
+    return self.server.policy_fn(requests, params=self.params, key=self.key, params_sampling=self.params_sampling,
+                                 version=self.version, features=self.features)
+
+  @property
+  def busy(self) -> bool:
+    return any(e.busy for e in self._engines.values())
+
+  def submit(self, requests: list[PromptRequest]) -> None:
+    s = self.server
+    for r in requests:
+      n = (s.final_len or s.response_len) if r.final else s.response_len
+      if n not in self._engines:
+        extras = functools.partial(s._slot_extras, self.params, lambda tags: [self._requests[t] for t in tags])
+        self._engines[n] = slots_lib.SlotEngine(
+            s.model, self.params, self.params_sampling, self.key, streaming=True,
+            extras=extras if isinstance(s.model, vl_lib.VLModel) else None, **s._engine_options(n, self.features))
+      self._requests[(r.episode_id, r.step)] = r
+      self._engines[n].submit((r.episode_id, r.step), r.prompt_ids, s.row_id(r), _share_key(r))
+
+  def advance(self) -> list[Response]:
+    out = []
+    for engine in self._engines.values():
+      if engine.busy:
+        out += [_response(self._requests.pop(tag), row, self.version) for tag, row in engine.advance()]
+    return out
+
+
+def _response(request: PromptRequest, row: slots_lib.RowOutput, version: int) -> Response:
+  return Response(episode_id=request.episode_id, step=request.step, tokens=row.tokens, logprobs=row.logprobs,
+                  temperatures=row.temperatures, segments=row.segments, policy_version=version, features=row.hidden)
+
+
+def _share_key(request: PromptRequest) -> tuple:
+  """Requests that may share a slot prefill: the same tokens and the same images."""
+  return tuple(request.prompt_ids), tuple(_digest(image) for image in request.images)
 
 
 def _digest(image: np.ndarray) -> tuple:

@@ -213,6 +213,47 @@ def test_results_do_not_depend_on_timing_or_batching(pool, tokenizer):
   assert content(first) == content(second)
 
 
+class StreamedPolicy:
+  """A streaming policy (the pool's submit / advance / busy protocol): ScriptedPolicy's answers, one request
+  per advance, oldest first; it records how often requests came in while others were still being decoded."""
+
+  def __init__(self, tokenizer, specs):
+    self.scripted = ScriptedPolicy(tokenizer, specs)
+    self.queue = []
+    self.advances = 0
+    self.joined_busy = 0  # requests submitted while earlier ones were still in the policy
+
+  def __call__(self, requests):
+    raise AssertionError("a streaming pool submits; it does not call the policy on a batch")
+
+  @property
+  def busy(self):
+    return bool(self.queue)
+
+  def submit(self, requests):
+    self.joined_busy += len(requests) if self.queue else 0
+    self.queue += requests
+
+  def advance(self):
+    self.advances += 1
+    time.sleep(0.02)  # a round of decoding takes a while: answered actors step and ask again meanwhile
+    return self.scripted([self.queue.pop(0)])
+
+
+def test_a_streaming_policy_gets_requests_as_they_come_and_answers_each_when_done(pool, tokenizer):
+  specs = make_specs(8)
+  batched, _ = pool.run(specs, ScriptedPolicy(tokenizer, specs))
+  policy = StreamedPolicy(tokenizer, specs)
+  streamed, metrics = pool.run(specs, policy)
+  assert content(streamed) == content(batched)
+  for result in streamed:
+    check_against_replay(result, tokenizer)
+  steps = sum(len(r.steps) for r in streamed)
+  assert metrics["requests"] == steps and metrics["policy_calls"] == policy.advances == steps
+  # Each answer went out alone, and its episode's next request joined the ones still waiting.
+  assert policy.joined_busy > 0
+
+
 def test_actors_never_import_jax(pool, tokenizer):
   hellos = pool.actor_info()
   assert [h.actor_id for h in hellos] == [0, 1] and [h.pid for h in hellos] == pool.actor_pids()

@@ -168,7 +168,7 @@ def test_requests_with_images_are_answered_from_their_own_images(tmp_path):
   np.testing.assert_array_equal(together[2].tokens, np.asarray(direct.tokens)[0, :n])
   np.testing.assert_allclose(together[2].logprobs, np.asarray(direct.logprobs)[0, :n], atol=1e-5)
   # Continuous batching: the same answers through two decode slots (the images' prefill, the slots' mRoPE).
-  slotted = dataclasses.replace(server, continuous=True, batch_size=2)
+  slotted = dataclasses.replace(server, batching="continuous", batch_size=2)
   requests = [request(0, [red]), request(1, []), request(2, [blue, red], text=(7,)), request(3, [red])]
   streamed = slotted.bind(params, jax.random.key(3), params_sampling, version=0)[0](requests)
   for i, req in enumerate(requests[:3]):
@@ -235,11 +235,11 @@ def test_a_coarser_width_bucket_puts_prompts_of_different_lengths_in_one_call(se
 
 
 def test_continuous_batching_gives_the_fixed_shape_answers(server_and_params):
-  """rollout.continuous_batching: the requests stream through the batch's rows as slots (here 7 requests, 3
+  """rollout.batching = "continuous": the requests stream through the batch's rows as slots (here 7 requests, 3
   widths, through 4 slots); every answer is the fixed-shape call's (tokens, log-probs up to rounding, the
   hidden state at the last token), and the equal prompts of a task group share one prefill."""
   server, params = server_and_params
-  slotted = dataclasses.replace(server, continuous=True)
+  slotted = dataclasses.replace(server, batching="continuous")
   params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
   requests = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS)]
   requests += [PromptRequest(7, 0, _ids(server, TEXTS[2])), PromptRequest(8, 1, _ids(server, TEXTS[2]))]
@@ -257,3 +257,31 @@ def test_continuous_batching_gives_the_fixed_shape_answers(server_and_params):
   # Slots take the short prompts first: "open door" twice shares the first prefill; the two later copies of "go
   # to the red door" refill two slots from one prefill; the long prompt comes last.
   assert (stats.prefills, stats.prefill_rows, stats.shared) == (3, 5, 2)
+  with pytest.raises(ValueError, match="rollout.batching"):
+    dataclasses.replace(server, batching="slots")
+
+
+def test_a_streaming_policy_answers_as_the_fixed_shape_calls_do(server_and_params):
+  """rollout.batching = "streaming": requests submitted while others decode, final generations with their own
+  budget, each response as the fixed-shape call gives it."""
+  server, params = server_and_params
+  streaming = dataclasses.replace(server, batching="streaming", final_len=3)
+  params_sampling = sampling.make_sampling_params(1.0, eos_ids=[server.tokenizer.eos_token_id])
+  first = [PromptRequest(i, 0, _ids(server, t)) for i, t in enumerate(TEXTS[:3])]
+  later = [PromptRequest(5, 1, _ids(server, TEXTS[3])), PromptRequest(6, 2, _ids(server, "done"), final=True)]
+  fixed = dataclasses.replace(server, final_len=3).bind(params, jax.random.key(6), params_sampling, 0)[0](first + later)
+  policy = streaming.bind(params, jax.random.key(6), params_sampling, 0)[0]
+  policy.submit(first)
+  answers = policy.advance()
+  assert answers  # a round ends as soon as a row is done
+  policy.submit(later)
+  while policy.busy:
+    answers += policy.advance()
+  by_key = {(r.episode_id, r.step): r for r in fixed}
+  assert sorted((r.episode_id, r.step) for r in answers) == sorted(by_key)
+  for b in answers:
+    a = by_key[(b.episode_id, b.step)]
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+  assert len(by_key[(6, 2)].tokens) <= 3
+  np.testing.assert_array_equal(policy(first[:1])[0].tokens, by_key[(0, 0)].tokens)  # and callable on a batch
