@@ -18,8 +18,11 @@ def get_config() -> ml_collections.ConfigDict:
   # The policy: "tiny" (built in, no downloads) or a local Hugging Face checkpoint directory.
   c.model = ml_collections.ConfigDict()
   c.model.checkpoint = "tiny"
-  c.model.param_dtype = "float32"  # "bfloat16" on accelerators
-  c.model.dtype = "float32"        # compute dtype; logits and softmax stay float32
+  # Parameters stay float32 (the optimizer's master weights: a bfloat16 weight would round updates of 1e-6 of
+  # its size away); "auto" computes in bfloat16 on a GPU or TPU and in float32 on the CPU. The sampler reads a
+  # copy of the parameters cast to the compute dtype once per rollout. Logits and softmax stay float32.
+  c.model.param_dtype = "float32"
+  c.model.dtype = "auto"
   c.model.remat = False            # rematerialise layers in the backward pass
   # LoRA (Hu et al. 2021): rank r > 0 freezes the checkpoint and trains W + (alpha / r) A B on the target modules
   # (Hugging Face names, or "all-linear"); warm start, RL and checkpoints then hold only the adapters.

@@ -10,6 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def resolve_dtype(name: str) -> str:
+  """A config's dtype name, with "auto" resolved: bfloat16 on a GPU or TPU, float32 on the CPU."""
+  if name == "auto":
+    import jax
+
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+  if name not in _DTYPES:
+    raise ValueError(f"unknown dtype {name!r}: one of {sorted(_DTYPES)} or 'auto'")
+  return name
 ROPE_TYPES = ("default", "linear", "llama3")
 
 

@@ -24,7 +24,7 @@ from explore_jax.methods import Method, make_method
 from explore_jax.methods.base import BuildContext
 from explore_jax.images import ImageLayout
 from explore_jax.models import Model
-from explore_jax.models.config import VLConfig, language_config
+from explore_jax.models.config import VLConfig, language_config, resolve_dtype
 from explore_jax.models.vl import VLModel
 from explore_jax.models import lora as lora_lib
 from explore_jax.parallel import make_mesh
@@ -101,8 +101,8 @@ def build(config: Any, workdir: str) -> Parts:
   mesh = make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes))
   rules = rules_from_config(config.sharding_rules)
   checkpoint_dir = hf.resolve(config.model.checkpoint)
-  pre = hf.load_pretrained(checkpoint_dir, param_dtype=config.model.param_dtype, dtype=config.model.dtype,
-                           mesh=mesh, rules=rules)
+  pre = hf.load_pretrained(checkpoint_dir, param_dtype=resolve_dtype(config.model.param_dtype),
+                           dtype=resolve_dtype(config.model.dtype), mesh=mesh, rules=rules)
   layout = None
   if isinstance(pre.config, VLConfig):  # a vision-language checkpoint: prompts may carry images
     vl_config = pre.config.replace(text=pre.config.text.replace(remat=config.model.remat))

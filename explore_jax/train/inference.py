@@ -103,12 +103,20 @@ class InferenceServer:
   def bind(self, params: Any, key: jax.Array, params_sampling: sampling.SamplingParams, version: int,
            features: bool = False) -> tuple[Callable, Callable]:
     """(policy_fn, embed_fn) for ActorPool.run, sampling with `params` from streams of `key`."""
-    params = self.policy_params(params)
+    params = self.sampling_params(self.policy_params(params))
     self._bound_params = params
     bound = dict(params=params, key=key, params_sampling=params_sampling, version=version, features=features)
     policy = StreamingPolicy(self, **bound) if self.batching == "streaming" else functools.partial(
         self.policy_fn, **bound)
     return policy, functools.partial(self.embed_fn, params=params)
+
+  def sampling_params(self, params: Any) -> Any:
+    """`params` as the sampler reads them: floating leaves in the model's compute dtype (bfloat16 on an
+    accelerator under model.dtype = "auto"), cast once per rollout instead of at every matmul of every decode
+    step; the same values the learner's matmuls cast them to, so sampled and learner log-probs still agree."""
+    dtype = language_config(self.model.config).jnp_dtype
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype
+                        else x, params)
 
   def encode(self, texts: list[str]) -> np.ndarray:
     """[len(texts), E] unit rows from the encoder EmbedRequests are answered with (the policy's: with the

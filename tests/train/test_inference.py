@@ -285,3 +285,28 @@ def test_a_streaming_policy_answers_as_the_fixed_shape_calls_do(server_and_param
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
   assert len(by_key[(6, 2)].tokens) <= 3
   np.testing.assert_array_equal(policy(first[:1])[0].tokens, by_key[(0, 0)].tokens)  # and callable on a batch
+
+
+def test_the_sampler_reads_its_parameters_in_the_compute_dtype_with_the_same_samples():
+  """model.dtype = "auto" computes in bfloat16 on an accelerator with float32 master weights: the server casts
+  the weights once per rollout, and samples exactly what the per-matmul casts of the float32 weights give."""
+  from explore_jax.models import ModelConfig
+  from explore_jax.models.config import resolve_dtype
+
+  config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                       num_kv_heads=2, head_dim=8, param_dtype="float32", dtype="bfloat16")
+  model = Model(config)
+  params = jax.jit(model.init, static_argnames="std")(jax.random.key(0), std=0.5)
+  server = InferenceServer(model=model, tokenizer=None, pad_id=0, prompt_len=8, response_len=5, max_steps=1,
+                           batch_size=2)
+  cast = server.sampling_params(params)
+  assert {x.dtype for x in jax.tree.leaves(cast)} == {np.dtype(jax.numpy.bfloat16)}
+  prompt, mask = np.array([[0, 5, 6, 7], [1, 2, 3, 4]], np.int32), np.array([[0, 1, 1, 1], [1, 1, 1, 1]], bool)
+  args = (prompt, mask, sampling.make_sampling_params(1.0), jax.random.key(1))
+  a = sampling.generate(model, params, *args, max_new_tokens=5)
+  b = sampling.generate(model, cast, *args, max_new_tokens=5)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.logprobs, b.logprobs)
+  assert resolve_dtype("auto") == ("float32" if jax.default_backend() == "cpu" else "bfloat16")
+  with pytest.raises(ValueError, match="unknown dtype"):
+    resolve_dtype("fp8")
