@@ -11,6 +11,9 @@ it (benchmarks/results/accelerator_<device>.json; --output to choose).
             (the matmul FLOPs of forward and backward; attention's score FLOPs are left out, so MFU is slightly
             understated at long prompts)
 
+  attention benchmarks/decode_attention.py at Qwen3-1.7B's attention shape (16 query heads over 8, head 128), batch
+            64, a 4,096-slot cache a quarter full, bf16: one decode step's attention, dense against the blocked
+            loop and the Pallas kernel that read only each row's range
   loop      benchmarks/loop_sampler.py --config=<--loop_config> --iterations=1 --modes=fixed,continuous: one
             rollout of a text world (TextWorld-Express by default, its warm start trained first where not cached)
             through the actor pool with the fixed-shape sampler and with continuous batching, from the same
@@ -90,6 +93,13 @@ def learner_row(stdout: str, num_params: float, peak_tflops: float) -> dict[str,
   return row
 
 
+def attention_rows(stdout: str) -> dict[str, dict[str, float]]:
+  """{impl: {"ms", "vs_dense"}} from benchmarks/decode_attention.py's lines."""
+  return {impl: {"ms": float(ms), "vs_dense": float(x)}
+          for impl, ms, x in re.findall(r"^(dense|blocked|pallas)\s+([\d.]+) ms per call \(([\d.]+)x dense\)",
+                                        stdout, re.M)}
+
+
 def loop_rows(stdout: str) -> dict[str, dict[str, float]]:
   """{mode: {"warm_tokens_per_s", "alone_over_loop"}} from benchmarks/loop_sampler.py's report."""
   rows: dict[str, dict[str, float]] = {}
@@ -132,6 +142,10 @@ def main() -> None:
     entry["learner"] = {**learner_row(stdout, entry["params"], peak), "seconds": seconds, "error": error}
     print(f"[{name}] learner ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
 
+  stdout, seconds, error = run_part(["benchmarks/decode_attention.py", "--batch=64", "--cache=4096", "--heads=16",
+                                     "--kv_heads=8", "--head_dim=128", "--dtype=bfloat16"], args.part_timeout_s)
+  result["decode_attention"] = {"impls": attention_rows(stdout), "seconds": seconds, "error": error}
+  print(f"[attention] ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
   stdout, seconds, error = run_part(["benchmarks/loop_sampler.py", f"--config={args.loop_config}", "--iterations=1",
                                      "--modes=fixed,continuous"], args.loop_timeout_s)
   result["loop"] = {"config": args.loop_config, "modes": loop_rows(stdout), "seconds": seconds, "error": error}
@@ -148,6 +162,9 @@ def main() -> None:
           f"{cell(batches.get(64, {}), 'decode_tokens_per_s', '{:,.0f}')} | "
           f"{cell(batches.get(64, {}), 'roofline_fraction', '{:.0%}')} | {cell(learner, 'step_ms', '{:.1f}')} | "
           f"{cell(learner, 'mfu', '{:.1%}')} |")
+  print("\n| decode attention (B 64, cache 4096, 16/8 heads of 128, bf16) | ms | vs dense |\n|---|---|---|")
+  for impl, row in result["decode_attention"]["impls"].items():
+    print(f"| {impl} | {row['ms']:.3f} | {row['vs_dense']:.2f}x |")
   modes = result["loop"]["modes"]
   print("\n| loop (" + args.loop_config + ") | warm new tok/s | alone / loop |\n|---|---|---|")
   for mode in ("fixed", "continuous"):

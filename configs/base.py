@@ -116,6 +116,10 @@ def get_config() -> ml_collections.ConfigDict:
   # next request joining the slots while the others decode. The same tokens as "fixed"; log-probs move in their
   # last bits (<= 1e-5; with "streaming" they depend on timing), so a protocol keeps one setting.
   c.rollout.batching = "fixed"
+  # With "continuous" or "streaming": how a row's new token attends to its cached keys (models/decode_attention.py).
+  # "dense" reads the whole preallocated cache; "blocked" only the blocks the longest row needs; "pallas" the GPU
+  # kernel that reads each row's own range (benchmarks/README.md: no difference in make run's loop on a CPU).
+  c.rollout.decode_attention = "dense"
   # Rollout overlapped with learning (train/pipeline.py): 0 = synchronous (iteration t sampled with theta_t);
   # k >= 1 = iterations t+1..t+k are played while update t runs, with the parameters of that moment, and the
   # learner trains on records at most k updates old (the replay's staleness bound).

@@ -45,3 +45,18 @@ def test_device_figures_by_kind():
   assert bench_gpu.device_figures("TPU v5 lite") == (819.0, 197.0)
   assert bench_gpu.device_figures("Some GPU") == (0.0, 0.0)  # not listed: the command line gives them
   assert bench_gpu.device_figures("cpu") == (0.0, 0.0)
+
+
+def test_the_attention_and_loop_lines_become_their_rows():
+  attention = ("cpu: B 32, ...\ndense       4.933 ms per call (1.00x dense)\n"
+               "blocked     3.466 ms per call (1.42x dense)\n")
+  assert bench_gpu.attention_rows(attention) == {"dense": {"ms": 4.933, "vs_dense": 1.0},
+                                                 "blocked": {"ms": 3.466, "vs_dense": 1.42}}
+  loop = ("fixed      8 sampler calls (streaming: rounds), 3291 new tokens; 364 new tok/s in sampler calls (9.0 s, "
+          "of which compiling 5.3 s); warm 880 tok/s; 333 over the rollouts\n  alone / loop (warm): 3.86x; the "
+          "rollouts' response tokens: 3291\ncontinuous 4 sampler calls (streaming: rounds), 3291 new tokens; 326 "
+          "new tok/s in sampler calls (10.1 s, of which compiling 8.7 s); warm 2,314 tok/s; 303 over the rollouts\n"
+          "  alone / loop (warm): 1.47x; the rollouts' response tokens: 3291\nloop_vs_benchmark=1.47\n")
+  assert bench_gpu.loop_rows(loop) == {"fixed": {"warm_tokens_per_s": 880.0, "alone_over_loop": 3.86},
+                                       "continuous": {"warm_tokens_per_s": 2314.0, "alone_over_loop": 1.47}}
+  assert bench_gpu.loop_rows("") == {} and bench_gpu.attention_rows("") == {}

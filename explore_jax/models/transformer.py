@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from explore_jax.models import decode_attention as decode_attention_lib
 from explore_jax.models.config import ModelConfig, mrope_coordinates
 from explore_jax.parallel import sharding
 
@@ -242,7 +243,8 @@ class Model(SpecParams):
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array,
             cache: Optional[KVCache] = None, *, attention_mask: Optional[jax.Array] = None,
             return_hidden: bool = False, logits_to_keep: int = 0,
-            embeds: Optional[jax.Array] = None, deepstack: Optional[jax.Array] = None) -> ModelOutput:
+            embeds: Optional[jax.Array] = None, deepstack: Optional[jax.Array] = None,
+            decode_attention: str = "dense") -> ModelOutput:
     """Logits for `tokens` [B, T] at RoPE `positions` [B, T]; writes into and returns `cache` if given.
 
     With `config.mrope_section`, positions may also be [B, T, 3] (multimodal RoPE; [B, T] means the same
@@ -253,7 +255,8 @@ class Model(SpecParams):
     attention_mask [B, T] (default all ones) marks real tokens; padding is never attended to.
     logits_to_keep > 0 projects only the last that many positions onto the vocabulary (logits
     [B, logits_to_keep, V]): the learner scores responses, not prompts, and the [B, T, V] logits of a
-    long prompt are the largest tensor of the step. `hidden` stays [B, T, E].
+    long prompt are the largest tensor of the step. `hidden` stays [B, T, E]. With a cache indexed per row,
+    `decode_attention` names how a row attends to its keys (models/decode_attention.py; "dense" by default).
     """
     c = self.config
     dt = c.jnp_dtype
@@ -278,6 +281,7 @@ class Model(SpecParams):
     S = key_mask.shape[1]
     if per_row:
       visible = (jnp.arange(S)[None, :] <= start[:, None])[:, None, :] & key_mask[:, None, :]  # [B, 1, S]
+      first = jnp.argmax(key_mask, axis=1)  # a row's keys are the slots [first, start]
     else:
       query_slot = start + jnp.arange(T)
       visible = (jnp.arange(S)[None, :] <= query_slot[:, None])[None] & key_mask[:, None, :]  # [B, T, S]
@@ -356,7 +360,11 @@ class Model(SpecParams):
         else:
           ks[i] = jax.lax.dynamic_update_slice(ks[i], k.astype(ks[i].dtype), (0, 0, start, 0))
           vs[i] = jax.lax.dynamic_update_slice(vs[i], v.astype(vs[i].dtype), (0, 0, start, 0))
-        x = attention_out_and_mlp(x, lp, la, attention(q, ks[i], vs[i], visible))
+        if per_row and decode_attention != "dense":
+          attn = decode_attention_lib.decode_attention(q, ks[i], vs[i], first, start + 1, decode_attention)
+        else:
+          attn = attention(q, ks[i], vs[i], visible)
+        x = attention_out_and_mlp(x, lp, la, attn)
         if deepstack is not None and i < deepstack.shape[0]:
           x = x + deepstack[i]
       new_cache = KVCache(k=tuple(ks), v=tuple(vs), mask=key_mask, index=start + T)

@@ -185,7 +185,7 @@ class VLModel:
   def apply(self, params: Params, tokens: jax.Array, positions: jax.Array, cache: Optional[KVCache] = None, *,
             images: Optional[VisionInputs] = None, image_features: Optional[jax.Array] = None,
             attention_mask: Optional[jax.Array] = None, return_hidden: bool = False,
-            logits_to_keep: int = 0) -> ModelOutput:
+            logits_to_keep: int = 0, decode_attention: str = "dense") -> ModelOutput:
     """Logits for `tokens` [B, T] at `positions` [B, T, 3] (mrope_positions; [B, T] for text only), with the
     `images` of the prompts, or their merged features already computed (`image_features` [M, feature_size]);
     without either, exactly the language model's `Model.apply`."""
@@ -198,4 +198,4 @@ class VLModel:
       embeds, deepstack = self.merge_with_deepstack(params, tokens, image_features)
     return self.text.apply(params, tokens, positions, cache, attention_mask=attention_mask,
                            return_hidden=return_hidden, logits_to_keep=logits_to_keep, embeds=embeds,
-                           deepstack=deepstack)
+                           deepstack=deepstack, decode_attention=decode_attention)

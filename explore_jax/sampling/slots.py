@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from explore_jax.models import KVCache, Model, positions_from_mask
+from explore_jax.models import decode_attention as decode_attention_lib
 from explore_jax.models.config import language_config
 from explore_jax.parallel import distributed, sharding
 from explore_jax.sampling import schedule
@@ -166,7 +167,7 @@ def _insert(model: Model, params: Params, state: Slots, prompt: jax.Array, promp
 
 
 def _decode(model: Model, params: Params, state: Slots, rng: jax.Array, sampling: SamplingParams,
-            target: jax.Array, max_steps: jax.Array, *, top_k: int) -> tuple[Slots, jax.Array]:
+            target: jax.Array, max_steps: jax.Array, *, top_k: int, attention: str) -> tuple[Slots, jax.Array]:
   """Decode steps until `target` slots are done (finished, hidden taken), all are, or `max_steps` ran; also the
   steps run."""
   B, N = state.tokens.shape
@@ -180,7 +181,8 @@ def _decode(model: Model, params: Params, state: Slots, rng: jax.Array, sampling
     s, i = carry
     active = ~s.finished
     pos = (s.prompt_len - 1 + s.step + s.delta)[:, None]
-    out = model.apply(params, s.next_input[:, None], pos, s.cache, return_hidden=want_hidden)
+    out = model.apply(params, s.next_input[:, None], pos, s.cache, return_hidden=want_hidden,
+                      decode_attention=attention)
     logits = out.logits[:, 0]
     temp = temps[s.segment]
     logp = sampling_log_probs(logits, temp, top_k, top_p)
@@ -237,7 +239,7 @@ def _resize(model: Model, state: Slots, empty: Slots, rows: jax.Array) -> Slots:
 def _compiled(name: str) -> Callable:
   """The jitted device function `name`, donating the slot state where the backend can reuse its buffers (an
   accelerator: the cache is updated in place; the CPU backend cannot, and warns)."""
-  fn, static, state_arg = {"insert": (_insert, ("model",), 2), "decode": (_decode, ("model", "top_k"), 2),
+  fn, static, state_arg = {"insert": (_insert, ("model",), 2), "decode": (_decode, ("model", "top_k", "attention"), 2),
                            "resize": (_resize, ("model",), 1)}[name]
   donate = (state_arg,) if jax.default_backend() != "cpu" else ()
   return jax.jit(fn, static_argnames=static, donate_argnums=donate)
@@ -267,14 +269,14 @@ class SlotEngine:
   round with nothing waiting ends as soon as one row is done, so that a caller streaming requests in hands each
   response out at once (and inserts what arrived meanwhile at the next round). The rows start with `slots` slots; the tail shrinks to `tail_rows`
   (default slots // 4; `slots` never shrinks) and grows back to `slots` when prompts arrive. `sampling` holds one
-  schedule for all rows.
+  schedule for all rows. `decode_attention`: how a row attends to its keys (models/decode_attention.py).
   """
 
   def __init__(self, model: Model, params: Params, sampling: SamplingParams, rng: jax.Array, *, slots: int,
                max_new_tokens: int, cache_len: int, width_bucket: int = 64, pad_id: int = 0, top_k: int = 0,
                return_hidden: bool = False, extras: Optional[Extras] = None, min_prefill_rows: int = 4,
                tail_rows: Optional[int] = None, chunk_steps: Optional[int] = None, streaming: bool = False,
-               stats: Optional[SlotStats] = None):
+               decode_attention: str = "dense", stats: Optional[SlotStats] = None):
     if sampling.temperatures.ndim != 1 or np.ndim(sampling.top_p) != 0:
       raise ValueError("continuous batching takes one sampling schedule for all rows (1-D temperatures, scalar "
                        "top_p)")
@@ -284,6 +286,9 @@ class SlotEngine:
     self.min_prefill_rows = max(1, int(min_prefill_rows))
     self.floor = max(1, min(self.slots, int(tail_rows) if tail_rows is not None else self.slots // 4))
     self.chunk_steps, self.streaming = chunk_steps, streaming
+    self.attention = decode_attention
+    multiple = decode_attention_lib.cache_multiple(decode_attention)
+    self.length = -(-(self.cache_len + self.new_tokens) // multiple) * multiple  # the cache's slots per row
     self.stats = SlotStats() if stats is None else stats
     self.waiting: collections.deque[_Waiting] = collections.deque()
     self.state: Optional[Slots] = None
@@ -325,7 +330,8 @@ class SlotEngine:
       target = B
     max_steps = self.new_tokens + 1 if self.chunk_steps is None else int(self.chunk_steps)
     self.state, steps = _compiled("decode")(self.model, self.params, self.state, self.rng, self.sampling,
-                                            jnp.int32(max(target, 1)), jnp.int32(max_steps), top_k=self.top_k)
+                                            jnp.int32(max(target, 1)), jnp.int32(max_steps), top_k=self.top_k,
+                                            attention=self.attention)
     finished, pending, lengths, steps = (np.asarray(x) for x in distributed.fetch(
         (self.state.finished, self.state.pending, self.state.step, steps)))
     occupied = np.array([o is not None for o in self.owner])
@@ -355,7 +361,7 @@ class SlotEngine:
   def _resize(self, rows: int) -> None:
     """`rows` rows: the live ones first, then free ones (a new state's when growing)."""
     if self.state is None:
-      self.state = _empty_jit(self.model, rows, self.cache_len + self.new_tokens, self.new_tokens,
+      self.state = _empty_jit(self.model, rows, self.length, self.new_tokens,
                               schedule.window_width(self.sampling), self.return_hidden, self.pad_id)
       self.owner, self.drawn = [None] * rows, np.zeros((rows,), np.int64)
       return
@@ -365,7 +371,7 @@ class SlotEngine:
     live = [b for b in range(B) if self.owner[b] is not None]
     order = (live + [b for b in range(B) if self.owner[b] is None])[:rows]
     order += [-1] * (rows - len(order))  # new free rows
-    empty = _empty_jit(self.model, rows, self.cache_len + self.new_tokens, self.new_tokens,
+    empty = _empty_jit(self.model, rows, self.length, self.new_tokens,
                        schedule.window_width(self.sampling), self.return_hidden, self.pad_id)
     self.state = _compiled("resize")(self.model, self.state, empty, jnp.asarray(order, jnp.int32))
     self.owner = [self.owner[b] if b >= 0 else None for b in order]

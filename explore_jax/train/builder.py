@@ -141,7 +141,7 @@ def build(config: Any, workdir: str) -> Parts:
                            batch_size=r.num_actors * r.envs_per_actor * jax.process_count(), lora=lora,
                            base_params=pre.params if lora is not None else None, image_layout=layout,
                            min_rows=r.min_sampler_rows, width_bucket=r.prompt_width_bucket,
-                           batching=r.get("batching", "fixed"),
+                           batching=r.get("batching", "fixed"), decode_attention=r.get("decode_attention", "dense"),
                            final_len=int(r.get("final_max_new_tokens", 0)), text_encoder=text_encoder)
   eos = [tokenizer.eos_token_id] + [tokenizer.convert_tokens_to_ids(t) for t in r.get("extra_stop_tokens", ())]
   delimiters = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in method.delimiters()]

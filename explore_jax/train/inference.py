@@ -39,6 +39,7 @@ from explore_jax import sampling
 from explore_jax.actors.protocol import PromptRequest, Response
 from explore_jax.images import ImageLayout
 from explore_jax.models import Model, positions_from_mask
+from explore_jax.models import decode_attention as decode_attention_lib
 from explore_jax.models import lora as lora_lib
 from explore_jax.models.config import language_config
 from explore_jax.models import vision as vision_lib
@@ -72,6 +73,9 @@ class InferenceServer:
   # then unused). "streaming": `bind` gives a StreamingPolicy, into whose slots the pool streams requests as
   # actors ask. A row's tokens are the fixed-shape call's; its last bits may move (slots.py).
   batching: str = "fixed"
+  # How a slot row attends to its keys (rollout.decode_attention; models/decode_attention.py): "dense", "blocked"
+  # (reads only the blocks the longest row needs) or "pallas" (the GPU kernel, each row its own range).
+  decode_attention: str = "dense"
   final_len: int = 0  # new tokens of a final generation (PromptRequest.final); 0: response_len
   # What EmbedRequests are answered with: an object whose encode(texts) gives unit rows [N, E] (hf.load_encoder);
   # None: the policy's own mean final hidden state.
@@ -82,6 +86,7 @@ class InferenceServer:
       raise ValueError(f"width_bucket (rollout.prompt_width_bucket) must be a positive int, got {self.width_bucket!r}")
     if self.batching not in BATCHING:
       raise ValueError(f"rollout.batching must be one of {BATCHING}, got {self.batching!r}")
+    decode_attention_lib.check(self.decode_attention)
     if self.final_len < 0:
       raise ValueError(f"final_len (rollout.final_max_new_tokens) must be >= 0, got {self.final_len}")
     self._bound_params = None
@@ -180,7 +185,8 @@ class InferenceServer:
 
   def _engine_options(self, new_tokens: int, features: bool) -> dict[str, Any]:
     return dict(max_new_tokens=new_tokens, slots=self.batch_size, cache_len=self.prompt_len,
-                width_bucket=self.width_bucket, pad_id=self.pad_id, return_hidden=features, stats=self.slot_stats)
+                width_bucket=self.width_bucket, pad_id=self.pad_id, return_hidden=features,
+                decode_attention=self.decode_attention, stats=self.slot_stats)
 
   def _slot_extras(self, params: Any, requests_of: Callable[[list], list[PromptRequest]], tags: list,
                    prompt: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
