@@ -331,14 +331,18 @@ class ActorPool:
         return [(req, a, inc) for req, a, inc in batch if a.incarnation == inc and req.episode_id in a.live]
 
   def _answer(self, run: RunState, batch: list[_Asked], policy_fn: PolicyFn, embed_fn: Optional[EmbedFn]) -> None:
-    # A canonical order: what the policy sees does not depend on which actor spoke first.
-    batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
-    embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
-    prompts = [entry for entry in batch if isinstance(entry[0], PromptRequest)]
-    if embeds:
-      self._embed(run, embeds, embed_fn)
+    prompts = self._embed_first(run, batch, embed_fn)
     if prompts:
       self._sample(run, prompts, policy_fn)
+
+  def _embed_first(self, run: RunState, batch: list[_Asked], embed_fn: Optional[EmbedFn]) -> list[_Asked]:
+    """Answers the batch's EmbedRequests and returns its PromptRequests, both in a canonical order: what the
+    policy sees does not depend on which actor spoke first."""
+    batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
+    embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
+    if embeds:
+      self._embed(run, embeds, embed_fn)
+    return [entry for entry in batch if isinstance(entry[0], PromptRequest)]
 
   def _stream(self, run: RunState, policy: Any, embed_fn: Optional[EmbedFn]) -> None:
     """The single-process loop with a streaming policy (module docstring): prompts go into the policy as they
@@ -348,11 +352,7 @@ class ActorPool:
       self._assign(run)
       # While the policy decodes, take only what has arrived: the next round of decoding is what waits.
       batch = self._collect(run, 0.0 if policy.busy else None, window=not policy.busy)
-      batch.sort(key=lambda entry: (entry[0].episode_id, entry[0].step))
-      embeds = [entry for entry in batch if isinstance(entry[0], EmbedRequest)]
-      prompts = [entry for entry in batch if isinstance(entry[0], PromptRequest)]
-      if embeds:
-        self._embed(run, embeds, embed_fn)
+      prompts = self._embed_first(run, batch, embed_fn)
       if prompts:
         policy.submit([req for req, _, _ in prompts])
         asked.update({(req.episode_id, req.step): (actor, incarnation) for req, actor, incarnation in prompts})
