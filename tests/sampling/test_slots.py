@@ -123,3 +123,23 @@ def test_a_cache_indexed_per_row_decodes_as_the_shared_index_does(params):
   assert out.cache.index.tolist() == [5, 7] and bool(out.cache.mask[1, 6]) and not bool(out.cache.mask[1, 7])
   with pytest.raises(ValueError, match="one new token per row"):
     MODEL.apply(params, tokens, positions, per_row)
+
+
+def test_the_learner_scores_a_slot_rows_tokens_with_its_recorded_log_probs(params):
+  """What PPO's first ratio needs: the learner's log-probs of a row's response (response_logprobs on the prompt
+  and response as a record holds them) equal those the slot recorded, within 1e-5."""
+  from explore_jax.sampling import response_logprobs
+
+  sampling, rng = schedule(eos=(4, 11)), jax.random.key(9)
+  outs = slots.sample(MODEL, params, PROMPTS, sampling, rng, row_ids=list(range(len(PROMPTS))),
+                      max_new_tokens=N_NEW, slots=3, cache_len=CACHE_LEN, width_bucket=BUCKET)
+  prompt, prompt_mask = left_pad(PROMPTS, CACHE_LEN)
+  response = np.zeros((len(PROMPTS), N_NEW), np.int32)
+  mask, temps = np.zeros_like(response, bool), np.zeros(response.shape, np.float32)
+  for i, o in enumerate(outs):
+    n = len(o.tokens)
+    response[i, :n], mask[i, :n], temps[i, :n] = o.tokens, True, o.temperatures
+  scored = jax.jit(response_logprobs, static_argnames="model")(MODEL, params, prompt, prompt_mask, response, mask,
+                                                                temps)
+  for i, o in enumerate(outs):
+    np.testing.assert_allclose(np.asarray(scored.logprobs)[i, :len(o.tokens)], o.logprobs, atol=1e-5)
