@@ -1,0 +1,29 @@
+"""The ScreenExplorer protocol on the real desktop (configs/screen_explorer_desktop.py: Desktop-v0 at 320 x 240,
+the tiny-vl policy, no task reward): the method against its ablation without the world-model reward, from one
+shared warm start (the desktop oracle's JSON replies) over three RL seeds, reported by launch/compare.py. Fixed
+before any run, as configs/protocols/screen_explorer.py's round 0 on MiniWoB pages, so the two worlds compare:
+
+  endpoint   the change of D_grp of the screens (diversity/d_grp_vis) from the first 5 to the last 5 iterations
+             of each run, screen_explorer against se_no_world; beside it d_grp_text and d_seq
+  arms       screen_explorer (all eight terms), se_no_world (no r_world); 20 iterations at the paper's recipe
+             (lr 4e-5), the actor updated from iteration 6
+  runs       1 warm start x 3 seeds per arm; the power this buys is stated with the results
+
+  make protocol PROTOCOL=configs/protocols/screen_explorer_desktop.py
+  make protocol PROTOCOL=configs/protocols/screen_explorer_desktop.py SWEEP_ARGS="--only=se_no_world --max_runs=1"
+"""
+
+from configs import protocols
+
+WARM_STARTS = 1
+SEEDS = 3
+
+CONFIG = "configs/screen_explorer_desktop.py"
+COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5")
+TERMS = "--config.screen_explorer.terms"
+ARMS = (("screen_explorer", CONFIG, COMMON),
+        ("se_no_world", CONFIG, (*COMMON, f"{TERMS}.world_vis=False", f"{TERMS}.world_text=False")))
+
+
+def get_protocol() -> dict:
+  return protocols.protocol(ARMS, seeds=SEEDS, warm_starts=WARM_STARTS)
