@@ -169,7 +169,8 @@ def main() -> None:
   print("\n| loop (" + args.loop_config + ") | warm new tok/s | alone / loop |\n|---|---|---|")
   for mode in ("fixed", "continuous"):
     row = modes.get(mode, {})
-    print(f"| {mode} | {row.get('warm_tokens_per_s', float('nan')):,.0f} | {row.get('alone_over_loop', float('nan')):.2f}x |")
+    warm, ratio = row.get("warm_tokens_per_s", float("nan")), row.get("alone_over_loop", float("nan"))
+    print(f"| {mode} | {warm:,.0f} | {ratio:.2f}x |")
   path = args.output or os.path.join(REPO, "benchmarks", "results",
                                      f"accelerator_{re.sub(r'[^a-z0-9]+', '_', kind.lower()).strip('_')}.json")
   os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -1,19 +1,20 @@
 """Benchmark: the sampler inside the RL loop against the same sampler alone, at the loop's own shapes.
 
 Builds a run of --config (default: `make run`'s configs/sge_coding.py, its cached warm start) and plays
---iterations rollouts through the actor pool exactly as the loop does, each once per sampler mode (--modes: the
-fixed-shape calls of `sampling.generate`, continuous batching through `sampling.slots`, and streaming, whose
-rounds of decode slots the pool feeds as actors ask; all from the same episode specs,
-parameters and keys: the same episodes, up to a token that a last-bit difference flips), recording every call of the central inference: rows, prompt widths, new tokens of the real rows,
-wall seconds and the compilation seconds inside them (jax's compile events). Then it times `sampling.generate`
-alone on full batches at each width the loop's prompts had, with the loop's mean response length as the number
-of new tokens. Prints, per mode:
+--iterations rollouts through the actor pool exactly as the loop does, each once per sampler mode (--modes,
+rollout.batching: the fixed-shape calls of `sampling.generate`, continuous batching through `sampling.slots`, and
+streaming, whose rounds of decode slots the pool feeds as actors ask), all from the same episode specs,
+parameters and keys: the same episodes, up to a token that a last-bit difference flips. It records every call of
+the central inference: rows, prompt widths, new tokens of the real rows, wall seconds and the compilation seconds
+inside them (jax's compile events). Then it times `sampling.generate` alone on full batches at each width the
+loop's prompts had, with the loop's mean response length as the number of new tokens. Prints, per mode:
 
   loop      new tokens/s of real rows over the seconds spent in sampler calls, over the same seconds less their
             compilation ("warm"), and over the whole rollout
   breakdown fixed: filler rows (1 - real rows / B), decode steps only filler rows needed, steps waiting for each
-            call's longest row. continuous and streaming: prefills (rows, shared), decode calls, slot-steps of rows still
-            drawing (the rest: finished or empty slots waiting for a refill or for the tail), batch sizes
+            call's longest row. continuous and streaming: prefills (rows, shared), decode calls, slot-steps of
+            rows still drawing (the rest: finished or empty slots waiting for a refill or for the tail), batch
+            sizes
   alone     new tokens/s of full batches at the loop's widths and response length, weighted like the loop's
             prompts; the ratio alone / loop (warm)
 
@@ -182,7 +183,8 @@ def report(r: Recorder) -> None:
   call_s = sum(c["seconds"] for c in calls)
   compile_s = sum(c["compile"] for c in calls)
   new_tokens = sum(c["new_tokens"] for c in calls)
-  print(f"{mode:10s} {len(calls)} sampler calls (streaming: rounds), {new_tokens} new tokens; {new_tokens / call_s:,.0f} new tok/s in "
+  print(f"{mode:10s} {len(calls)} sampler calls (streaming: rounds), {new_tokens} new tokens; "
+        f"{new_tokens / call_s:,.0f} new tok/s in "
         f"sampler calls ({call_s:.1f} s, of which compiling {compile_s:.1f} s); warm "
         f"{new_tokens / max(call_s - compile_s, 1e-9):,.0f} tok/s; {new_tokens / max(rollout_s, 1e-9):,.0f} over the "
         f"rollouts ({rollout_s:.1f} s; pool's sampling time {sample_s:.1f} s)")

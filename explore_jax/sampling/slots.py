@@ -267,9 +267,10 @@ class SlotEngine:
 
   `chunk_steps` bounds a round's decode steps (None: a round ends only when rows are done). With `streaming` a
   round with nothing waiting ends as soon as one row is done, so that a caller streaming requests in hands each
-  response out at once (and inserts what arrived meanwhile at the next round). The rows start with `slots` slots; the tail shrinks to `tail_rows`
-  (default slots // 4; `slots` never shrinks) and grows back to `slots` when prompts arrive. `sampling` holds one
-  schedule for all rows. `decode_attention`: how a row attends to its keys (models/decode_attention.py).
+  response out at once (and inserts what arrived meanwhile at the next round). The rows start as `slots` slots;
+  the tail shrinks to `tail_rows` (default slots // 4; `slots` never shrinks) and grows back to `slots` when
+  prompts arrive. `sampling` holds one schedule for all rows. `decode_attention`: how a row attends to its keys
+  (models/decode_attention.py).
   """
 
   def __init__(self, model: Model, params: Params, sampling: SamplingParams, rng: jax.Array, *, slots: int,
@@ -281,7 +282,8 @@ class SlotEngine:
       raise ValueError("continuous batching takes one sampling schedule for all rows (1-D temperatures, scalar "
                        "top_p)")
     self.model, self.params, self.sampling, self.rng = model, params, sampling, rng
-    self.slots, self.new_tokens, self.cache_len, self.bucket = int(slots), int(max_new_tokens), int(cache_len), int(width_bucket)
+    self.slots, self.new_tokens = int(slots), int(max_new_tokens)
+    self.cache_len, self.bucket = int(cache_len), int(width_bucket)
     self.pad_id, self.top_k, self.return_hidden, self.extras = pad_id, top_k, return_hidden, extras
     self.min_prefill_rows = max(1, int(min_prefill_rows))
     self.floor = max(1, min(self.slots, int(tail_rows) if tail_rows is not None else self.slots // 4))
@@ -336,7 +338,9 @@ class SlotEngine:
         (self.state.finished, self.state.pending, self.state.step, steps)))
     occupied = np.array([o is not None for o in self.owner])
     st = self.stats
-    st.chunks, st.decode_steps, st.slot_steps = st.chunks + 1, st.decode_steps + int(steps), st.slot_steps + int(steps) * B
+    st.chunks += 1
+    st.decode_steps += int(steps)
+    st.slot_steps += int(steps) * B
     st.live_steps += int(np.sum((lengths - self.drawn)[occupied]))
     st.widths.add(B)
     self.drawn = lengths.copy()
@@ -413,7 +417,9 @@ class SlotEngine:
     else:
       positions, delta, image_features = positions_from_mask(jnp.asarray(mask)), np.zeros((n,), np.int32), None
     st = self.stats
-    st.prefills, st.prefill_rows, st.shared = st.prefills + 1, st.prefill_rows + len(firsts), st.shared + len(group) - len(firsts)
+    st.prefills += 1
+    st.prefill_rows += len(firsts)
+    st.shared += len(group) - len(firsts)
     self.state = _compiled("insert")(self.model, self.params, self.state, jnp.asarray(tokens), jnp.asarray(mask),
                                      jnp.asarray(positions), jnp.asarray(delta, jnp.int32), jnp.asarray(dest),
                                      jnp.asarray(src), jnp.asarray(ids), image_features)
