@@ -4,7 +4,8 @@ shared warm start (the desktop oracle's JSON replies) over three RL seeds, repor
 before any run, as configs/protocols/screen_explorer.py's round 0 on MiniWoB pages, so the two worlds compare:
 
   endpoint   the change of D_grp of the screens (diversity/d_grp_vis) from the first 5 to the last 5 iterations
-             of each run, screen_explorer against se_no_world; beside it d_grp_text and d_seq
+             of each run, screen_explorer against se_no_world; beside it d_grp_text, d_seq and the trained
+             policy's D_grp on held-out desktops (summary.json)
   arms       screen_explorer (all eight terms), se_no_world (no r_world); 20 iterations at the paper's recipe
              (lr 4e-5), the actor updated from iteration 6
   runs       1 warm start x 3 seeds per arm; the power this buys is stated with the results
@@ -19,7 +20,11 @@ WARM_STARTS = 1
 SEEDS = 3
 
 CONFIG = "configs/screen_explorer_desktop.py"
-COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5")
+# The held-out evaluation writes summary.json, which the sweep reads as a run's end: 8 held-out desktops x 2 greedy
+# attempts, their D_grp (the desktop has no task, so success is 0 throughout). Added after the first two runs had
+# trained without it; they were resumed at iteration 20 for this evaluation alone, their training unchanged.
+COMMON = ("--config.train.num_iterations=20", "--config.checkpoint.every=5", "--config.eval.passk_samples=2",
+          "--config.eval.passk_held_out_tasks=8")
 TERMS = "--config.screen_explorer.terms"
 ARMS = (("screen_explorer", CONFIG, COMMON),
         ("se_no_world", CONFIG, (*COMMON, f"{TERMS}.world_vis=False", f"{TERMS}.world_text=False")))
