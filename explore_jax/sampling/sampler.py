@@ -43,7 +43,7 @@ For a response's last token this is the "final hidden state at the action's last
 from __future__ import annotations
 
 import enum
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -290,6 +290,19 @@ def _generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.
 generate_jit = jax.jit(_generate, static_argnames=("model", "max_new_tokens", "top_k", "return_hidden",
                                                    "pad_id"))
 """The compiled core of `generate`, without its input checks (for callers already under jit)."""
+
+
+def left_pad(rows: Sequence[Sequence[int]], width: int, batch: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """`rows` as the [batch, width] left-padded prompt and mask that `generate` takes, each cut to its last `width`
+  tokens. Rows past len(rows) are fillers holding one pad token (every mask row needs one real token); callers
+  discard their outputs."""
+  tokens = np.full((batch, width), pad_id, np.int32)
+  mask = np.zeros((batch, width), bool)
+  mask[:, -1] = True
+  for i, ids in enumerate(rows):
+    ids = list(ids)[-width:]
+    tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
+  return tokens, mask
 
 
 def generate(model: Model, params: Params, prompt: jax.Array, prompt_mask: jax.Array,

@@ -50,7 +50,7 @@ from explore_jax.models import decode_attention as decode_attention_lib
 from explore_jax.models.config import language_config
 from explore_jax.parallel import distributed, sharding
 from explore_jax.sampling import schedule
-from explore_jax.sampling.sampler import (FinishReason, _constrain_tree, inverse_cdf_sample,
+from explore_jax.sampling.sampler import (FinishReason, _constrain_tree, inverse_cdf_sample, left_pad,
                                           sampling_log_probs)
 from explore_jax.sampling.schedule import SamplingParams
 
@@ -103,18 +103,24 @@ class SlotStats:
 
 # ---- the device functions ------------------------------------------------------------------------
 
-def _empty(model: Model, rows: int, length: int, new_tokens: int, window: int, hidden: bool, pad_id: int) -> Slots:
-  E = language_config(model.config).hidden_size
+def _blank(rows: int, new_tokens: int, window: int, hidden: Optional[int], pad_id: int) -> Slots:
+  """`rows` rows in their initial state, without a cache: finished, nothing drawn. `hidden`: the width of the
+  final hidden state kept per row (None: not kept)."""
   i32 = lambda v: jnp.full((rows,), v, jnp.int32)  # noqa: E731
   return Slots(
-      cache=model.init_cache(rows, length, per_row=True), next_input=i32(pad_id), step=i32(0),
-      prompt_len=i32(1), delta=i32(0), row_ids=i32(0),
+      cache=None, next_input=i32(pad_id), step=i32(0), prompt_len=i32(1), delta=i32(0), row_ids=i32(0),
       tokens=jnp.full((rows, new_tokens), pad_id, jnp.int32), logprobs=jnp.zeros((rows, new_tokens), jnp.float32),
       temperatures=jnp.zeros((rows, new_tokens), jnp.float32),
       segments=jnp.full((rows, new_tokens), -1, jnp.int32),
       recent=jnp.full((rows, window), schedule.PAD_ID, jnp.int32), segment=i32(0),
       finished=jnp.ones((rows,), bool), reason=i32(FinishReason.LENGTH), pending=jnp.zeros((rows,), bool),
-      hidden=jnp.zeros((rows, E), jnp.float32) if hidden else None)
+      hidden=None if hidden is None else jnp.zeros((rows, hidden), jnp.float32))
+
+
+def _empty(model: Model, rows: int, length: int, new_tokens: int, window: int, hidden: bool, pad_id: int) -> Slots:
+  width = language_config(model.config).hidden_size if hidden else None
+  return _blank(rows, new_tokens, window, width, pad_id)._replace(
+      cache=model.init_cache(rows, length, per_row=True))
 
 
 _empty_jit = jax.jit(_empty, static_argnums=(0, 1, 2, 3, 4, 5, 6))
@@ -129,7 +135,7 @@ def _state_axes(state: Slots, model: Model) -> Slots:
 
 def _insert(model: Model, params: Params, state: Slots, prompt: jax.Array, prompt_mask: jax.Array,
             positions: jax.Array, delta: jax.Array, dest: jax.Array, source: jax.Array, row_ids: jax.Array,
-            image_features: Optional[jax.Array] = None) -> Slots:
+            image_features: Optional[jax.Array] = None, *, pad_id: int = 0) -> Slots:
   """Prefill `prompt` [n, P] (left-padded) and start slot dest[j] on prefill row source[j] with id row_ids[j];
   dest entries out of range (>= B) are ignored."""
   n, P = prompt.shape
@@ -152,17 +158,12 @@ def _insert(model: Model, params: Params, state: Slots, prompt: jax.Array, promp
     k, v = cache.k, cache.v
   row_mask = jnp.pad(prompt_mask[:, :-1], ((0, 0), (0, S - (P - 1))))
   cache = KVCache(k=k, v=v, mask=put(cache.mask, row_mask[source]), index=put(cache.index, jnp.full_like(dest, P - 1)))
-  M, N = dest.shape[0], state.tokens.shape[1]
-  new = state._replace(
-      cache=cache, next_input=put(state.next_input, prompt[source, -1]), step=put(state.step, jnp.zeros((M,))),
-      prompt_len=put(state.prompt_len, jnp.sum(prompt_mask, axis=-1)[source]), delta=put(state.delta, delta[source]),
-      row_ids=put(state.row_ids, row_ids), tokens=put(state.tokens, jnp.zeros((M, N))),
-      logprobs=put(state.logprobs, jnp.zeros((M, N))), temperatures=put(state.temperatures, jnp.zeros((M, N))),
-      segments=put(state.segments, jnp.full((M, N), -1)),
-      recent=put(state.recent, jnp.full((M, state.recent.shape[1]), schedule.PAD_ID)),
-      segment=put(state.segment, jnp.zeros((M,))), finished=put(state.finished, jnp.zeros((M,), bool)),
-      reason=put(state.reason, jnp.full((M,), FinishReason.LENGTH)), pending=put(state.pending, jnp.zeros((M,), bool)),
-      hidden=None if state.hidden is None else put(state.hidden, jnp.zeros((M, state.hidden.shape[1]))))
+  # every other field of a started row is reset to a blank row's, then given its prompt's values
+  hidden = None if state.hidden is None else state.hidden.shape[1]
+  start = _blank(dest.shape[0], state.tokens.shape[1], state.recent.shape[1], hidden, pad_id)._replace(
+      next_input=prompt[source, -1], prompt_len=jnp.sum(prompt_mask, axis=-1)[source], delta=delta[source],
+      row_ids=row_ids, finished=jnp.zeros(dest.shape, bool))
+  new = jax.tree.map(put, state._replace(cache=None), start)._replace(cache=cache)
   return _constrain_tree(model, new, _state_axes(new, model))
 
 
@@ -239,7 +240,8 @@ def _resize(model: Model, state: Slots, empty: Slots, rows: jax.Array) -> Slots:
 def _compiled(name: str) -> Callable:
   """The jitted device function `name`, donating the slot state where the backend can reuse its buffers (an
   accelerator: the cache is updated in place; the CPU backend cannot, and warns)."""
-  fn, static, state_arg = {"insert": (_insert, ("model",), 2), "decode": (_decode, ("model", "top_k", "attention"), 2),
+  fn, static, state_arg = {"insert": (_insert, ("model", "pad_id"), 2),
+                           "decode": (_decode, ("model", "top_k", "attention"), 2),
                            "resize": (_resize, ("model",), 1)}[name]
   donate = (state_arg,) if jax.default_backend() != "cpu" else ()
   return jax.jit(fn, static_argnames=static, donate_argnums=donate)
@@ -401,12 +403,7 @@ class SlotEngine:
     source = [unique.setdefault(w.share, len(unique)) for w in group]
     firsts = [group[source.index(j)] for j in range(len(unique))]  # the first prompt of each share key
     n = _bucket(len(firsts), self.min_prefill_rows, B)
-    tokens = np.full((n, P), self.pad_id, np.int32)
-    mask = np.zeros((n, P), bool)
-    mask[:, -1] = True  # filler rows carry one token
-    for r, w in enumerate(firsts):
-      ids = w.prompt[-P:]
-      tokens[r, P - len(ids):], mask[r, P - len(ids):] = ids, True
+    tokens, mask = left_pad([w.prompt for w in firsts], P, n, self.pad_id)
     dest = np.full((B,), B, np.int32)  # out of range: not written
     src, ids = np.zeros((B,), np.int32), np.zeros((B,), np.int32)
     dest[:len(group)], src[:len(group)], ids[:len(group)] = rows, source, [w.row_id for w in group]
@@ -422,7 +419,8 @@ class SlotEngine:
     st.shared += len(group) - len(firsts)
     self.state = _compiled("insert")(self.model, self.params, self.state, jnp.asarray(tokens), jnp.asarray(mask),
                                      jnp.asarray(positions), jnp.asarray(delta, jnp.int32), jnp.asarray(dest),
-                                     jnp.asarray(src), jnp.asarray(ids), image_features)
+                                     jnp.asarray(src), jnp.asarray(ids), image_features,
+                                     pad_id=self.pad_id)
 
 
 def sample(model: Model, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams,

@@ -153,7 +153,7 @@ class InferenceServer:
     out: list[Response] = []
     for P, chunk in self._chunks(requests, lambda r: len(r.prompt_ids)):
       B = self.rows(len(chunk))
-      prompt, mask = self._left_padded([r.prompt_ids for r in chunk], P, B)
+      prompt, mask = sampling.left_pad([r.prompt_ids for r in chunk], P, B, self.pad_id)
       row_ids = np.zeros((B,), np.int32)
       row_ids[:len(chunk)] = [self.row_id(r) for r in chunk]
       active = np.arange(B) < len(chunk)  # filler rows start finished: decoding ends with the last request
@@ -227,7 +227,7 @@ class InferenceServer:
     vectors: list[Optional[np.ndarray]] = [None] * len(texts)
     order = list(range(len(texts)))
     for P, chunk in self._chunks(order, lambda j: len(ids[j])):
-      tokens, mask = self._left_padded([ids[j] for j in chunk], P)
+      tokens, mask = sampling.left_pad([ids[j] for j in chunk], P, self.batch_size, self.pad_id)
       pooled = np.asarray(distributed.fetch(_embed(self.model, params, jnp.asarray(tokens), jnp.asarray(mask))))
       for row, j in enumerate(chunk):
         vectors[j] = pooled[row]
@@ -245,17 +245,6 @@ class InferenceServer:
       by_width.setdefault(width, []).append(item)
     B = self.batch_size
     return [(P, rs[i:i + B]) for P, rs in sorted(by_width.items()) for i in range(0, len(rs), B)]
-
-  def _left_padded(self, rows: list[list[int]], width: int, batch: Optional[int] = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    batch = batch or self.batch_size
-    tokens = np.full((batch, width), self.pad_id, np.int32)
-    mask = np.zeros((batch, width), bool)
-    mask[:, -1] = True  # filler rows need one real token; their outputs are discarded
-    for i, ids in enumerate(rows):
-      ids = ids[-width:]
-      tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
-    return tokens, mask
 
 
 class StreamingPolicy:
