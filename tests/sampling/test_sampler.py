@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh
 
+from explore_jax import sampling as sampling_lib
 from explore_jax.models import Model, ModelConfig, positions_from_mask
 from explore_jax.parallel.sharding import DEFAULT_RULES
 from explore_jax.sampling import (FinishReason, advance_segment, ends_with, generate, generate_jit,
@@ -39,6 +40,12 @@ def left_pad(rows, width):
 
 
 PROMPTS = [[5, 6, 7], [1, 2, 3, 4, 5, 6], [9]]
+
+
+def test_the_library_left_pad_keeps_each_rows_last_tokens_and_gives_fillers_one():
+  tokens, mask = sampling_lib.left_pad([[1, 2, 3, 4, 5], [7]], 3, 3, pad_id=9)
+  np.testing.assert_array_equal(tokens, [[3, 4, 5], [9, 9, 7], [9, 9, 9]])
+  np.testing.assert_array_equal(mask, [[1, 1, 1], [0, 0, 1], [0, 0, 1]])
 
 
 def sp(temps=(1.0, 1.0), delimiter=(62, 63, 62), eos=(), stops=()):
