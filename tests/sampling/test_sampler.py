@@ -31,12 +31,7 @@ def params():
 
 
 def left_pad(rows, width):
-  tokens = np.zeros((len(rows), width), np.int32)
-  mask = np.zeros((len(rows), width), bool)
-  for i, r in enumerate(rows):
-    tokens[i, width - len(r):] = r
-    mask[i, width - len(r):] = True
-  return tokens, mask
+  return sampling_lib.left_pad(rows, width, len(rows))
 
 
 PROMPTS = [[5, 6, 7], [1, 2, 3, 4, 5, 6], [9]]
