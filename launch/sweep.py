@@ -560,16 +560,24 @@ def warm_start_inputs(workdir: str) -> str | None:
   return json.dumps(values, sort_keys=True, default=str)
 
 
+def sft_inputs(workdir: str) -> str | None:
+  """What decided the run's warm start: the warm start's cache key where its provenance.json holds one
+  (train/warm_start.py's warm_start_key: every SFT input, the method's prompt hook included), else, for runs
+  recorded before the key was, WARM_START_FIELDS of its config."""
+  key = (provenance.load(workdir) or {}).get("warm_start")
+  return f"key {key}" if key else warm_start_inputs(workdir)
+
+
 def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
   """Why `run` cannot stand beside the complete runs already kept under its machine name: one of them started
-  warm start W from other bits, with the same SFT inputs (arms whose SFT inputs differ, a prompt that shows the
-  action history say, compute other warm starts by design). Runs share a machine name only if they compute the
-  same warm starts (--machine on two machines, or two CPUs that one tag cannot tell apart); the first finished
-  run shows it."""
+  warm start W from other bits, with the same SFT inputs (sft_inputs; arms whose SFT inputs differ, a prompt
+  that shows the action history or a method's own prompt hook say, compute other warm starts by design). Runs
+  share a machine name only if they compute the same warm starts (--machine on two machines, or two CPUs that
+  one tag cannot tell apart); the first finished run shows it."""
   digest = (provenance.load(run.workdir) or {}).get("start_digest")
   if not digest:
     return None
-  inputs = warm_start_inputs(run.workdir)
+  inputs = sft_inputs(run.workdir)
   machine_dir = os.path.basename(os.path.dirname(os.path.dirname(run.workdir)))  # root/<machine>/<arm>/<run>
   for directory in directories:
     for arm in _listdir(os.path.join(directory, machine_dir)):
@@ -577,7 +585,7 @@ def warm_start_mismatch(run: Run, directories: list[str]) -> str | None:
         match = RUN_NAME.fullmatch(name)
         other = os.path.join(directory, machine_dir, arm, name)
         if not match or int(match.group(1)) != run.warm_start or os.path.realpath(other) == os.path.realpath(
-            run.workdir) or not is_complete(other) or warm_start_inputs(other) != inputs:
+            run.workdir) or not is_complete(other) or sft_inputs(other) != inputs:
           continue
         theirs = (provenance.load(other) or {}).get("start_digest")
         if theirs and theirs != digest:

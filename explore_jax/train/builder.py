@@ -70,7 +70,8 @@ class Parts:
     return max(self.server.response_len, self.server.final_len)
 
   def warm_start_key(self) -> str:
-    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.sft_response_len)
+    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.sft_response_len,
+                                     self.method.prompt_hook())
 
   def warm_start_params(self, log=print) -> Any:
     """The SFT warm start of the config (cached), or the learner's initial parameters without one (with LoRA,

@@ -19,7 +19,7 @@ import jax
 
 from explore_jax import cache as cache_lib, hf
 from explore_jax.images import ImageLayout
-from explore_jax.methods.base import SFTRequest
+from explore_jax.methods.base import ObservationPrompt, SFTRequest
 from explore_jax.models import lora as lora_lib
 from explore_jax.train import checkpoint, rollout, sft_data
 from explore_jax.train.learner import finetune
@@ -39,13 +39,29 @@ def checkpoint_identity(checkpoint_dir: str) -> str:
   return inside if not inside.startswith(os.pardir) and os.sep not in inside else path
 
 
-def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int) -> str:
+def hook_identity(hook: Any) -> Any:
+  """A prompt hook as a warm start's key sees it: None for the plain ObservationPrompt, whose settings are config
+  fields the key holds already; for any other hook (EMPO2's tips, EAPO's fields, DPEPO's parallel layout, which
+  build other demonstrations from the same oracle episodes) its class and fields, an inner hook's in turn."""
+  if hook is None or type(hook) is ObservationPrompt:
+    return None
+  if not dataclasses.is_dataclass(hook):
+    return f"{type(hook).__module__}.{type(hook).__qualname__}"
+  fields = {f.name: getattr(hook, f.name) for f in dataclasses.fields(hook)}
+  return {"hook": f"{type(hook).__module__}.{type(hook).__qualname__}",
+          **{k: hook_identity(v) if dataclasses.is_dataclass(v) else v for k, v in fields.items()}}
+
+
+def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_len: int,
+                   prompt_hook: Any = None) -> str:
   """What determines the warm start: the checkpoint (checkpoint_identity), the SFT options and data, the prompt
   layout (with the history the prompts show), and with LoRA its adapters' shape and seed (these last parts only
   where set, so the keys of existing warm starts stay what they were; so is `sft.micro_batch_size`, which sums
-  the gradient in another order). How often the SFT saves its progress changes nothing in its result, so it is
-  not part of the key."""
+  the gradient in another order). Oracle demonstrations are prompts the method's hook builds, so a hook other
+  than the plain one is part of the key too (hook_identity); a JSONL file's are what the file holds. How often
+  the SFT saves its progress changes nothing in its result, so it is not part of the key."""
   lora = lora_lib.from_config(config.model.get("lora"))
+  hook = None if config.sft.get("demonstrations") else hook_identity(prompt_hook)
   history = {k: config.get(k, 0) for k in ("history_steps", "action_history") if config.get(k, 0)}
   sft = {k: v for k, v in config.sft.to_dict().items()
          if k != "checkpoint_every" and not (k == "micro_batch_size" and not v)}
@@ -56,7 +72,8 @@ def warm_start_key(config: Any, checkpoint_dir: str, prompt_len: int, response_l
     env.pop("screen_reading", None)  # screens not read: the hash warm starts had before screen reading existed
   return config_hash(checkpoint_identity(checkpoint_dir), sft, env, prompt_len, response_len,
                      config.get("system_prompt"), config.get("instruction", ""),
-                     *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []))
+                     *([dataclasses.asdict(lora)] if lora is not None else []), *([history] if history else []),
+                     *([{"prompt_hook": hook}] if hook is not None else []))
 
 
 def request(config: Any, prompt_hook: Callable) -> SFTRequest:
@@ -86,7 +103,7 @@ def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: A
     return initial_params
   from tqdm import tqdm
 
-  cache = cache_lib.warm_start_dir(warm_start_key(config, checkpoint_dir, prompt_len, response_len))
+  cache = cache_lib.warm_start_dir(warm_start_key(config, checkpoint_dir, prompt_len, response_len, prompt_hook))
   abstract = checkpoint.abstract_like(jax.eval_shape(lambda: initial_params), shardings)
   with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
     if ck.latest_step() is not None:

@@ -45,9 +45,11 @@ FAKE_TRAINER = textwrap.dedent("""
              "distinct_outcomes_per_task": 1.0}
     json.dump({"trained / train": entry}, open(os.path.join(workdir, "summary.json"), "w"))
     machine = os.path.basename(os.path.dirname(os.path.dirname(workdir)))  # root/<machine>/<arm>/<run>
+    hook = "-tips" if "config.rollout.final_max_new_tokens" in args else ""  # a stand-in for a method's own hook
     digest = (os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
-              + (f"-sft{sft_steps}" if sft_steps else ""))
-    warm = {}
+              + (f"-sft{sft_steps}" if sft_steps else "") + hook)
+    warm = ({"warm_start": "k" + args.get("config.sft.seed", "0") + (f"-sft{sft_steps}" if sft_steps else "") + hook}
+            if os.environ.get("FAKE_RECORD_KEY") else {})
     if os.environ.get("FAKE_WARM_START_CACHE"):  # SFT warm starts cached as train/warm_start.py does, by key
       key = "k" + args.get("config.sft.seed", "0")
       params = os.path.join(os.environ["EXPLORE_JAX_CACHE"], "sft", key, "0", "params")
@@ -693,6 +695,34 @@ def test_arms_whose_sft_inputs_differ_start_other_warm_starts_without_a_mismatch
   assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
   digests = {arm: provenance.load(record / "m1" / arm / "ws0_seed0")["start_digest"] for arm in ("a", "c")}
   assert digests == {"a": "m1-ws0", "c": "m1-ws0-sft7"}
+
+
+def test_the_recorded_warm_start_key_tells_a_methods_own_sft_inputs_from_another_machines_bits(tmp_path):
+  """Arm t's method builds other demonstrations from the same config fields (EMPO2's tips: the key holds its prompt
+  hook), so its warm start 0 has other bits than arm a's: the runs' recorded cache keys differ, no mismatch. Another
+  machine under the same name, whose key is the same but whose bits are not, is still caught."""
+  (tmp_path / "protocol.py").write_text(textwrap.dedent("""
+      def get_protocol():
+        return {"arms": [{"name": "a", "config": "configs/sge_coding.py", "overrides": []},
+                         {"name": "t", "config": "configs/sge_coding.py",
+                          "overrides": ["--config.rollout.final_max_new_tokens=128"]},
+                         {"name": "b", "config": "configs/sge_coding.py", "overrides": ["--config.sge.p_failure=0"]}],
+                "seeds": 1, "warm_starts": 1, "overrides": []}
+  """))
+  (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
+  command = (f"--protocol={tmp_path / 'protocol.py'}", f"--train_script={tmp_path / 'fake_train.py'}",
+             f"--record={tmp_path / 'record'}", "--machine=m1")
+  log = str(tmp_path / "launched.jsonl")
+  out = sweep(*command, f"--root={tmp_path / 'root'}", "--only=a,t", env={"FAKE_LOG": log, "FAKE_RECORD_KEY": "1"})
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
+  assert sweep_py.warm_start_inputs(str(tmp_path / "root" / "m1" / "a" / "ws0_seed0")) == sweep_py.warm_start_inputs(
+      str(tmp_path / "root" / "m1" / "t" / "ws0_seed0"))  # the config fields alone would have called it a mismatch
+  # Arm b differs from a in an RL knob only: the same key, so other bits under the name m1 are another machine's.
+  out = sweep(*command, f"--root={tmp_path / 'other'}", "--only=b",
+              env={"FAKE_LOG": log, "FAKE_RECORD_KEY": "1", "FAKE_DIGEST": "other-bits"})
+  assert out.returncode != 0 and "started warm start 0 from parameters other-bits" in out.stderr
+  assert os.path.isdir(tmp_path / "other" / "m1" / "b" / "ws0_seed0.mismatch")
 
 
 def test_warm_start_inputs_ignore_how_often_the_sft_saves_and_default_micro_batches(tmp_path):

@@ -1,5 +1,6 @@
 """SFT data: demonstrations files, oracle demonstrations, token layout; and the metrics writer."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -156,6 +157,30 @@ def test_the_warm_start_key_follows_the_history_the_prompts_show_and_micro_batch
   with_actions = warm_start_key(c, "/ckpt", 128, 16)
   c.history_steps = 1
   assert len({key, with_actions, warm_start_key(c, "/ckpt", 128, 16)}) == 3
+
+
+def test_a_methods_own_prompt_hook_keys_the_warm_starts_it_builds_demonstrations_for():
+  """EMPO2's tips, EAPO's fields and DPEPO's layout make other oracle demonstrations from the same config fields
+  and lengths: each hook is its own key, with its settings; the plain hook keeps the keys warm starts had before
+  hooks were part of them; a JSONL file's demonstrations do not depend on the hook."""
+  from configs import empo2_twx, grpo_twx
+  from explore_jax.methods import make_method
+  from explore_jax.train.warm_start import warm_start_key
+
+  grpo, empo2 = grpo_twx.get_config(), empo2_twx.get_config()
+  with grpo.unlocked():
+    grpo.rollout.final_max_new_tokens = empo2.rollout.final_max_new_tokens  # every field the key reads agrees
+  plain, tips = make_method(grpo).prompt_hook(), make_method(empo2).prompt_hook()
+  key = warm_start_key(grpo, "/ckpt", 384, 128)
+  assert warm_start_key(grpo, "/ckpt", 384, 128, plain) == key
+  assert warm_start_key(empo2, "/ckpt", 384, 128) == key  # what the key held before the hook: a collision
+  with_tips = warm_start_key(empo2, "/ckpt", 384, 128, tips)
+  assert with_tips != key
+  other_prompt = dataclasses.replace(tips, tip_prompt="Summarise the episode.")
+  assert warm_start_key(empo2, "/ckpt", 384, 128, other_prompt) not in (key, with_tips)
+  with empo2.unlocked():
+    empo2.sft.demonstrations = "/data/demos.jsonl"
+  assert warm_start_key(empo2, "/ckpt", 384, 128, tips) == warm_start_key(empo2, "/ckpt", 384, 128, plain)
 
 
 def test_a_built_in_checkpoint_keys_its_warm_starts_by_name_wherever_the_cache_is(tmp_path, monkeypatch):
