@@ -1,7 +1,5 @@
 """launch/sweep.py: a protocol's plan, and resumable sweeps with a fake trainer (no test here trains)."""
 
-import importlib
-import itertools
 import json
 import os
 import shlex
@@ -16,11 +14,12 @@ import pytest
 from configs.protocols import sge_coding as sge_protocol
 from explore_jax.train import provenance
 from tests.launch import fake_pod
+from tests.launch.sweep_helpers import REPO, sweep, write_sweep_file
 from tests.polling import wait_until
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "launch"))
 import sweep as sweep_py  # noqa: E402
+import sweep_records  # noqa: E402
 import tpu  # noqa: E402
 
 # Stands in for launch/train.py: logs its argv, resumes "checkpoints", fails where FAKE_FAIL says, else writes
@@ -74,11 +73,6 @@ PROTOCOL = textwrap.dedent("""
                        {"name": "b", "config": "configs/sge_coding.py", "overrides": ["--config.sge.p_failure=0"]}],
               "seeds": 2, "warm_starts": WARM_STARTS, "overrides": ["--config.train.num_iterations=3"]}
 """)
-
-
-def sweep(*args, env=None):
-  return subprocess.run([sys.executable, os.path.join(REPO, "launch", "sweep.py"), *args], capture_output=True,
-                        text=True, timeout=300, cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def _fixture(tmp_path, warm_starts=1):
@@ -241,209 +235,7 @@ def test_a_machine_computing_other_warm_starts_cannot_join_a_machine_name(tmp_pa
   assert out.returncode == 0 and "4 of 4 complete" in out.stdout, out.stderr[-3000:]
 
 
-def test_the_text_world_protocol_plans_every_world_and_method():
-  from configs.protocols import textworlds as protocol
-  out = sweep("--protocol=configs/protocols/textworlds.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == len(protocol.ARMS) * protocol.WARM_STARTS * protocol.SEEDS
-  assert protocol.WARM_STARTS * protocol.SEEDS >= 3
-  for world in ("twx", "alfworld"):
-    for method in ("gigpo", "grpo"):  # each world and method is an arm of its own (and the base of variants)
-      assert sum(f"/{method}_{world}/ws" in line for line in lines) == protocol.WARM_STARTS
-      assert sum(f"--config=configs/{method}_{world}.py" in line for line in lines) >= protocol.WARM_STARTS
-  # The ALFWorld arms keep the tiny config they were planned on (every room, the short warm start), whatever
-  # the config's default now is.
-  first = [line for line in lines if "/gigpo_alfworld/" in line or "/grpo_alfworld/" in line]
-  assert first and all(line.endswith(" ".join(protocol.ALFWORLD_FIRST_TINY)) for line in first)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
-
-
-def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
-  from configs.protocols import miniwob as protocol
-  out = sweep("--protocol=configs/protocols/miniwob.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == len(protocol.ARMS) * protocol.WARM_STARTS * protocol.SEEDS >= 3
-  assert all("--config=configs/grpo_miniwob.py" in line and "--config.rollout.task_pool=0" in line for line in lines)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
-
-
-def test_the_scienceworld_protocol_plans_three_seeds_of_40_iterations_from_one_warm_start():
-  from configs.protocols import scienceworld as protocol
-  out = sweep("--protocol=configs/protocols/scienceworld.py", "--root=/nonexistent/root", "--dry_run",
-              "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 12 and all("--config.sft.seed=0" in line for line in lines)
-  for method, scale in itertools.product(("gigpo", "grpo"), ("", "_small")):
-    mine = [line for line in lines if f"/{method}_scienceworld{scale}_it40/" in line]
-    variant = ":small" if scale else ""
-    assert len(mine) == 3 and all(f"--config=configs/{method}_scienceworld.py{variant} " in line for line in mine)
-    assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
-  assert all(line.endswith("--config.train.num_iterations=40") for line in lines)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
-
-
-def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start():
-  from configs.protocols import alfworld as protocol
-  out = sweep("--protocol=configs/protocols/alfworld.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  arms = ("gigpo_alfworld_small_ws512", "grpo_alfworld_small_ws512", "gigpo_alfworld_small_ws512_it60",
-          "gigpo_alfworld_small_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60",
-          "gigpo_alfworld_small_listed_ws512_fresh_kl_it60", "gigpo_alfworld_small_ws2048_fresh_kl_it60_games128",
-          "gigpo_alfworld_smollm2_ws512_fresh_kl_it30")
-  assert len(lines) == 3 * len(arms) and all("--config.sft.seed=0" in line for line in lines)
-  for arm in arms:
-    mine = [line for line in lines if f"/{arm}/" in line]
-    assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
-  longer = [line for line in lines if "/gigpo_alfworld_small_ws512_it60/" in line]
-  assert all(line.endswith("--config.train.num_iterations=60 --config.rl.micro_batch_size=8") for line in longer)
-  fresh = [line for line in lines if "/gigpo_alfworld_small_ws512_fresh_kl_it60/" in line]
-  assert all(line.endswith("--config.train.num_iterations=60 --config.rl.micro_batch_size=8 "
-                           "--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01") for line in fresh)
-  bigger = [line for line in lines if "/gigpo_alfworld_small_ws2048_fresh_kl_it60/" in line]
-  assert all("--config.sft.steps=1200 --config.sft.oracle_episodes=2048" in line and line.endswith(
-      "--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01") for line in bigger)
-  games128 = [line for line in lines if "/gigpo_alfworld_small_ws2048_fresh_kl_it60_games128/" in line]
-  assert all(line.endswith("--config.rollout.task_pool=0 --config.rl.loss.kl_coef=0.01 "
-                           "--config.eval.passk_held_out_tasks=128") for line in games128)
-  listed = [line for line in lines if "/gigpo_alfworld_small_listed_ws512_fresh_kl_it60/" in line]
-  assert all("--config.env.kwargs.list_actions=True" in line and "--config.sft.oracle_episodes=512" in line
-             and f"--config.rollout.max_prompt_tokens={protocol.PROMPT_TOKENS_LISTED}" in line for line in listed)
-  # The longer arms change nothing their warm start depends on: they start from the shorter one's. Listing the
-  # actions changes the prompts the warm start learns from: that arm computes its own.
-  args = {run.arm: sweep_py.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
-  assert args["gigpo_alfworld_small_ws512_it60"] == args["gigpo_alfworld_small_ws512_fresh_kl_it60"] == args[
-      "gigpo_alfworld_small_ws512"] != args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
-  # Scoring more games changes no warm start either: the 128-game arm starts from the ws2048 arm's.
-  assert args["gigpo_alfworld_small_ws2048_fresh_kl_it60_games128"] == args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
-  assert len({args["gigpo_alfworld_small_listed_ws512_fresh_kl_it60"], args["gigpo_alfworld_small_ws512"],
-              args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]}) == 3
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
-
-
 # --- Sweeps made from product / zip override grids; --parallel; --tpu ---------------------------------------
-
-
-def _sweep_file(tmp_path, body: dict, name="sweep.py"):
-  (tmp_path / name).write_text(f"def get_protocol():\n  return {body!r}\n")
-  return str(tmp_path / name)
-
-
-def test_product_and_zip_make_named_arms_with_their_overrides(tmp_path):
-  grid = sweep_py.load_protocol(_sweep_file(tmp_path, {
-      "config": "configs/sge_coding.py", "seeds": 2,
-      "arms": [{"name": "grpo", "config": "configs/grpo_coding.py"}, {"name": "sge"}],
-      "product": {"config.sge.p_failure": [0, 0.25], "config.rl.loss.eps_high": [0.2, 0.28]},
-      "overrides": ["--config.train.num_iterations=3"]}))
-  assert [a["name"] for a in grid["arms"]] == ["grpo", "sge", "p_failure=0_eps_high=0.2", "p_failure=0_eps_high=0.28",
-                                               "p_failure=0.25_eps_high=0.2", "p_failure=0.25_eps_high=0.28"]
-  assert grid["arms"][1] == {"name": "sge", "config": "configs/sge_coding.py", "overrides": []}  # the default config
-  assert grid["arms"][3] == {"name": "p_failure=0_eps_high=0.28", "config": "configs/sge_coding.py",
-                             "overrides": ["--config.sge.p_failure=0", "--config.rl.loss.eps_high=0.28"]}
-  assert grid["seeds"] == [0, 1] and grid["overrides"] == ["--config.train.num_iterations=3"]
-
-  # zip: rows of values that go together; with a product, one more axis (the last). Labels name values;
-  # characters a directory name should not hold become "-".
-  both = sweep_py.load_protocol(_sweep_file(tmp_path, {
-      "config": "configs/sge_coding.py", "seeds": [5],
-      "product": {"config.sge.strategy_temperature": {"mixed": 1.2, "flat": 0.7}},
-      "zip": {"config.rl.loss.eps_low": [0.2, 0.3], "config.rl.loss.eps_high": [0.28, 0.4],
-              "config.sge.strategy_delimiter": ["### Code", "a/b|c"]}}))
-  names = [a["name"] for a in both["arms"]]
-  assert names == ["mixed_eps_low=0.2_eps_high=0.28_strategy_delimiter=----Code",
-                   "mixed_eps_low=0.3_eps_high=0.4_strategy_delimiter=a-b-c",
-                   "flat_eps_low=0.2_eps_high=0.28_strategy_delimiter=----Code",
-                   "flat_eps_low=0.3_eps_high=0.4_strategy_delimiter=a-b-c"]
-  assert both["arms"][3]["overrides"] == ["--config.sge.strategy_temperature=0.7", "--config.rl.loss.eps_low=0.3",
-                                          "--config.rl.loss.eps_high=0.4", "--config.sge.strategy_delimiter=a/b|c"]
-  # A key whose last part two axes share keeps more of its path.
-  assert sweep_py._short_keys(["config.rl.loss.clip", "config.x.clip", "config.clip", "config.sge.tau"]) == {
-      "config.rl.loss.clip": "loss.clip", "config.x.clip": "x.clip", "config.clip": "clip", "config.sge.tau": "tau"}
-  only_zip = sweep_py.grid_arms("configs/sge_coding.py", {}, {"config.a": [1, 2, 3], "config.b": [True, False, True]})
-  assert [a["name"] for a in only_zip] == ["a=1_b=True", "a=2_b=False", "a=3_b=True"]
-
-
-@pytest.mark.parametrize("body, message", [
-    ({"zip": {"config.sge.p_failure": [0, 0.1], "config.sge.p_success": [0]}},
-     "zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1"),
-    ({"prodcut": {"config.sge.p_failure": [0]}}, "unknown protocol keys ['prodcut']"),
-    ({"product": {"config.sge.p_fail": [0, 1]}}, "config.sge.p_fail is not a field of configs/sge_coding.py"),
-    ({"product": {"config.sgee.p_failure": [0]}}, "(it has no config.sgee)"),
-    ({"product": {"sge.p_failure": [0]}}, "'sge.p_failure' is not a config field path"),
-    ({"product": {"config.seed": [0, 1]}}, "config.seed is set by the sweep"),
-    ({"product": {"config.sge.p_failure": [0]}, "zip": {"config.sge.p_failure": [1]}}, "in both product and zip"),
-    ({"product": {"config.train.num_iterations": [2, 4]}, "overrides": ["--config.train.num_iterations=3"]},
-     "config.train.num_iterations is set by both the common overrides and product/zip"),
-    ({"product": {"config.sge.p_failure": []}}, "config.sge.p_failure has no values"),
-    ({"product": {"config.sge.p_failure": 0.5}}, "needs a list of values or a {label: value} dict"),
-    ({"product": {"config.model.mesh": [(1, 2)]}}, "(1, 2) is not a bool, int, float or str"),
-    ({"product": {"config.sge.p_failure": {"no/neg": 0}}}, "label 'no/neg' is not a name"),
-    ({"product": {"config.sge.p_failure": [0.5, 0.5]}}, "arm names repeat: ['p_failure=0.5']"),
-    ({"product": {"config.sge.strategy_delimiter": ["x" * 200]}}, "give the axes labels"),
-    ({"config": None, "product": {"config.sge.p_failure": [0]}}, "product and zip make arms of `config`"),
-    ({"config": "configs/nope.py", "product": {"config.sge.p_failure": [0]}}, "config: no config file"),
-    ({"config": "configs/grpo_coding.py", "product": {}, "arms": [{"name": "compare"}]}, "bad arm name 'compare'"),
-])
-def test_bad_sweep_files_are_named(tmp_path, body, message):
-  body = {"config": "configs/sge_coding.py", "seeds": 1, **body}
-  with pytest.raises(sweep_py.ProtocolError) as e:
-    sweep_py.load_protocol(_sweep_file(tmp_path, {k: v for k, v in body.items() if v is not None}))
-  assert message in str(e.value)
-
-
-def test_a_bad_sweep_file_is_a_one_line_error(tmp_path):
-  grid = _sweep_file(tmp_path, {"config": "configs/sge_coding.py", "seeds": 1,
-                                "zip": {"config.sge.p_failure": [0, 0.1], "config.sge.p_success": [0]}})
-  out = sweep(f"--sweep={grid}", f"--root={tmp_path}", "--dry_run", "--machine=m1")
-  assert out.returncode != 0 and out.stdout == "" and out.stderr.strip() == (
-      "error: zip needs lists of one length: config.sge.p_failure has 2, config.sge.p_success has 1")
-
-
-@pytest.mark.parametrize("protocol", ["sge_coding", "textworlds", "miniwob", "alfworld", "scienceworld"])
-def test_the_protocols_plan_the_same_runs_as_before_grids(protocol):
-  """The arms form of configs/protocols/ plans what it planned before product/zip existed: every run's
-  directory and command, from the file's own constants by the rule it always had."""
-  module = importlib.import_module(f"configs.protocols.{protocol}")
-  common = module.get_protocol()["overrides"]
-  root = os.path.join(REPO, "runs", "protocol", protocol)
-  expected = [sweep_py.Run(name, ws, seed, os.path.join(root, "m1", name, f"ws{ws}_seed{seed}"), [
-      sys.executable, "launch/train.py", f"--config={config}",
-      f"--workdir=runs/protocol/{protocol}/m1/{name}/ws{ws}_seed{seed}", f"--config.seed={seed}",
-      f"--config.sft.seed={ws}", *common, *overrides])
-      for seed in range(module.SEEDS) for ws in range(module.WARM_STARTS) for name, config, overrides in module.ARMS]
-  planned = sweep_py.plan(sweep_py.load_protocol(f"configs/protocols/{protocol}.py"), root, "m1")
-  assert planned == expected and len(planned) == len(module.ARMS) * module.SEEDS * module.WARM_STARTS
-
-
-def test_the_ablation_sweep_files_plan():
-  from configs import coding
-  from configs.protocols import sge_coding as protocol
-  sge = coding.get_config("sge").sge
-  out = sweep("--sweep=configs/sweeps/sge_ablations.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line.split() for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 8 * protocol.WARM_STARTS * protocol.SEEDS
-  arms = {line[4].split("/")[-2]: line[-3:] for line in lines}
-  assert len(arms) == 8 and all(set(protocol.get_protocol()["overrides"]) <= set(line) for line in lines)
-  # The protocol's one-knob ablations are cells of the factorial: the same configs, knob for knob.
-  assert arms["mixed_neg_pos"] == [f"--config.sge.strategy_temperature={sge.strategy_temperature}",
-                                   f"--config.sge.p_failure={sge.p_failure}", f"--config.sge.p_success={sge.p_success}"]
-  for cell, (name, _, knob) in zip(("flat_neg_pos", "mixed_noneg_pos", "mixed_neg_nopos"), protocol.ARMS[2:]):
-    changed = [o for o in arms[cell] if o not in arms["mixed_neg_pos"]]
-    assert len(changed) == 1 and changed[0].split("=")[0] == knob[0].split("=")[0], (cell, name)
-    assert float(changed[0].split("=")[1]) == float(knob[0].split("=")[1]), (cell, name)
-
-  out = sweep("--sweep=configs/sweeps/rnd_coef.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert len(lines) == 8 and sum("/coef=1.0/" in line and line.endswith("--config.rnd.coef=1.0") for line in lines) == 4
 
 
 GRID = {"config": "configs/sge_coding.py", "product": {"config.sge.p_failure": [0, 0.25]}, "seeds": 2,
@@ -451,7 +243,7 @@ GRID = {"config": "configs/sge_coding.py", "product": {"config.sge.p_failure": [
 
 
 def test_a_sweep_of_two_overrides_by_two_seeds_runs_and_compares(tmp_path):
-  grid = _sweep_file(tmp_path, GRID)
+  grid = write_sweep_file(tmp_path, GRID)
   (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
   root, log = tmp_path / "root", str(tmp_path / "launched.jsonl")
   out = sweep(f"--sweep={grid}", f"--root={root}", f"--train_script={tmp_path / 'fake_train.py'}", "--machine=m1",
@@ -498,7 +290,7 @@ assert PARALLEL_TRAINER != FAKE_TRAINER
 
 
 def test_parallel_runs_overlap_hold_back_a_warm_start_being_computed_and_resume(tmp_path):
-  grid = _sweep_file(tmp_path, {**GRID, "warm_starts": 2})
+  grid = write_sweep_file(tmp_path, {**GRID, "warm_starts": 2})
   (tmp_path / "fake_train.py").write_text(PARALLEL_TRAINER)
   (tmp_path / "scratch").mkdir()
   root, log = tmp_path / "root", str(tmp_path / "launched.jsonl")
@@ -569,7 +361,7 @@ STOPPING_TRAINER = textwrap.dedent("""
 
 @pytest.mark.parametrize("on_sigterm", ["save", "ignore"])
 def test_a_sweep_taken_down_asks_its_runs_to_stop_at_once_and_kills_those_that_do_not(tmp_path, on_sigterm):
-  grid = _sweep_file(tmp_path, {**GRID, "warm_starts": 2})  # two runs may go at once (other warm starts)
+  grid = write_sweep_file(tmp_path, {**GRID, "warm_starts": 2})  # two runs may go at once (other warm starts)
   (tmp_path / "stopping_train.py").write_text(STOPPING_TRAINER)
   scratch = tmp_path / "scratch"
   scratch.mkdir()
@@ -598,7 +390,7 @@ def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cac
                "c": ["--config.optimizer.learning_rate=4e-4", "--config.sft.checkpoint_every=10"]}
 
   def run(arm, ws, seed):
-    return sweep_py.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"),
+    return sweep_records.Run(arm, ws, seed, str(tmp_path / arm / f"ws{ws}_seed{seed}"),
                         ["python", "launch/train.py", "--config=configs/x.py", f"--config.seed={seed}",
                          f"--config.sft.seed={ws}", *overrides[arm]])
 
@@ -613,13 +405,13 @@ def test_may_start_keeps_one_run_per_warm_start_until_its_sft_inputs_have_it_cac
   assert sweep_py.may_start(b00, [a10], runs)
   # An arm that differs from a only in an RL knob (and how often the SFT saves) shares a's warm start.
   c00, c10 = run("c", 0, 0), run("c", 1, 0)
-  assert sweep_py.warm_start_args(c00) == sweep_py.warm_start_args(a00) != sweep_py.warm_start_args(b00)
+  assert sweep_records.warm_start_args(c00) == sweep_records.warm_start_args(a00) != sweep_records.warm_start_args(b00)
   assert sweep_py.may_start(c00, [a00], [*runs, c00])
   assert sweep_py.may_start(c10, [a10], [*runs, c10]) is False  # warm start 1: no run has it yet
 
 
 def test_tpu_dry_run_prints_the_tpu_run_command_of_every_run(tmp_path):
-  grid = _sweep_file(tmp_path, GRID)
+  grid = write_sweep_file(tmp_path, GRID)
   root = tmp_path / "grid_root"
   out = sweep(f"--sweep={grid}", f"--root={root}", "--tpu=ej", "--zone=us-east5-a", "--bucket=my-bucket", "--dry_run")
   assert out.returncode == 0, out.stderr[-2000:]
@@ -648,7 +440,7 @@ def test_tpu_dry_run_prints_the_tpu_run_command_of_every_run(tmp_path):
 
 
 def test_a_tpu_sweep_runs_on_a_fake_slice_and_resumes_from_it(tmp_path):
-  grid = _sweep_file(tmp_path, {**GRID, "seeds": 1})
+  grid = write_sweep_file(tmp_path, {**GRID, "seeds": 1})
   (tmp_path / "fake_train.py").write_text(FAKE_TRAINER)
   bucket = f"bucket-{tmp_path.name}".lower().replace("_", "-")
   env = {**fake_pod.make(tmp_path, str(tmp_path / "fake_train.py")), "FAKE_LOG": str(tmp_path / "trained.jsonl")}
@@ -674,7 +466,7 @@ def test_a_tpu_sweep_runs_on_a_fake_slice_and_resumes_from_it(tmp_path):
   third = sweep(*command, env=env)
   assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
   assert "launched 1, failed 0, 2 of 2 complete" in third.stdout and len(_launched(env["FAKE_LOG"])) == 2
-  assert sweep_py.is_complete(here)
+  assert sweep_records.is_complete(here)
 
 
 def test_arms_whose_sft_inputs_differ_start_other_warm_starts_without_a_mismatch(tmp_path):
@@ -716,7 +508,7 @@ def test_the_recorded_warm_start_key_tells_a_methods_own_sft_inputs_from_another
   out = sweep(*command, f"--root={tmp_path / 'root'}", "--only=a,t", env={"FAKE_LOG": log, "FAKE_RECORD_KEY": "1"})
   assert out.returncode == 0, out.stderr[-3000:]
   assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
-  assert sweep_py.warm_start_inputs(str(tmp_path / "root" / "m1" / "a" / "ws0_seed0")) == sweep_py.warm_start_inputs(
+  assert sweep_records.warm_start_inputs(str(tmp_path / "root" / "m1" / "a" / "ws0_seed0")) == sweep_records.warm_start_inputs(
       str(tmp_path / "root" / "m1" / "t" / "ws0_seed0"))  # the config fields alone would have called it a mismatch
   # Arm b differs from a in an RL knob only: the same key, so other bits under the name m1 are another machine's.
   out = sweep(*command, f"--root={tmp_path / 'other'}", "--only=b",
@@ -731,7 +523,7 @@ def test_warm_start_inputs_ignore_how_often_the_sft_saves_and_default_micro_batc
   def inputs(name, sft):
     os.makedirs(tmp_path / name)
     (tmp_path / name / "config.json").write_text(json.dumps({"sft": sft, "env": {"id": "x"}}))
-    return sweep_py.warm_start_inputs(str(tmp_path / name))
+    return sweep_records.warm_start_inputs(str(tmp_path / name))
 
   before = inputs("before", {"steps": 600, "seed": 1})
   assert inputs("after", {"steps": 600, "seed": 1, "checkpoint_every": 50}) == before
@@ -783,51 +575,12 @@ def test_a_warm_start_too_large_to_carry_stays_in_the_cache(tmp_path, monkeypatc
   monkeypatch.setenv("EXPLORE_JAX_CACHE", str(tmp_path / "cache"))
   (tmp_path / "cache" / "sft" / "k0" / "0").mkdir(parents=True)
   (tmp_path / "cache" / "sft" / "k0" / "0" / "params").write_bytes(b"x" * 2**20)
-  run = sweep_py.Run("a", 0, 0, str(workdir), [])
+  run = sweep_records.Run("a", 0, 0, str(workdir), [])
   notes = []
-  monkeypatch.setattr(sweep_py, "MAX_CARRIED_MB", 0.5)
-  assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == []
-  assert sweep_py.carry_warm_starts([run], str(tmp_path / "record"), notes.append) == []
+  monkeypatch.setattr(sweep_records, "MAX_CARRIED_MB", 0.5)
+  assert sweep_records.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == []
+  assert sweep_records.carry_warm_starts([run], str(tmp_path / "record"), notes.append) == []
   assert len(notes) == 1 and "k0" in notes[0] and "not carried" in notes[0]
   assert not (tmp_path / "record" / "warm_starts").exists()
-  monkeypatch.setattr(sweep_py, "MAX_CARRIED_MB", 2)
-  assert sweep_py.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == ["k0"]
-
-
-def _planned_arms(protocol_name, names):
-  """The protocol's dry-run lines, each arm's planned over warm starts 0-2; every override names a config field."""
-  protocol = importlib.import_module(f"configs.protocols.{protocol_name}")
-  out = sweep(f"--protocol=configs/protocols/{protocol_name}.py", "--root=/nonexistent/root", "--dry_run",
-              "--machine=m1")
-  assert out.returncode == 0, out.stderr[-2000:]
-  lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
-  assert [name for name, _, _ in protocol.ARMS] == names
-  assert len(lines) == len(names) * protocol.WARM_STARTS * protocol.SEEDS and protocol.WARM_STARTS >= 3
-  for name in names:
-    mine = [line for line in lines if f"/{name}/ws" in line]
-    assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
-  for _, config, overrides in protocol.ARMS:
-    sweep_py.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
-  return lines
-
-
-def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
-  lines = _planned_arms("empo2", ["empo2", "grpo", "gigpo", "empo2_no_memory", "empo2_small", "grpo_small"])
-  assert all("--config.sft.env_kwargs.oracle=search" in line for line in lines)
-  assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory/" in line)
-
-
-def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():
-  lines = _planned_arms("dpepo", ["dpepo", "dpepo_no_weight", "dpepo_k1", "gigpo", "dpepo_small",
-                                  "dpepo_no_weight_small"])
-  assert all("--config=configs/dpepo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
-  assert all("--config=configs/dpepo_keydoor.py:small " in line for line in lines if "/dpepo_small/" in line)
-  assert all("--config.env.parallel.copies=1" in line for line in lines if "/dpepo_k1/" in line)
-
-
-def test_the_eapo_protocol_plans_its_arms_over_the_same_warm_starts():
-  lines = _planned_arms("eapo", ["eapo", "eapo_no_explore", "eapo_task_groups", "eapo_no_rollback", "gigpo",
-                                 "eapo_small", "gigpo_small", "eapo_alfworld", "gigpo_alfworld"])
-  assert all("--config=configs/eapo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
-  assert all("--config.rl.advantage_options.groups=task" in line for line in lines if "/eapo_task_groups/" in line)
-  assert all("--config=configs/eapo_alfworld.py " in line for line in lines if "/eapo_alfworld/" in line)
+  monkeypatch.setattr(sweep_records, "MAX_CARRIED_MB", 2)
+  assert sweep_records.carry_warm_starts([run, run], str(tmp_path / "record"), notes.append) == ["k0"]
