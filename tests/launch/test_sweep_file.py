@@ -16,6 +16,12 @@ import sweep_file  # noqa: E402
 import sweep_records  # noqa: E402
 
 
+def _overrides_name_fields(protocol):
+  """Every override of every arm of `protocol` (a module with ARMS) names a field of its config."""
+  for _, config, overrides in protocol.ARMS:
+    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+
+
 def test_the_text_world_protocol_plans_every_world_and_method():
   from configs.protocols import textworlds as protocol
   out = sweep("--protocol=configs/protocols/textworlds.py", "--root=/nonexistent/root", "--dry_run", "--machine=m1")
@@ -31,8 +37,7 @@ def test_the_text_world_protocol_plans_every_world_and_method():
   # the config's default now is.
   first = [line for line in lines if "/gigpo_alfworld/" in line or "/grpo_alfworld/" in line]
   assert first and all(line.endswith(" ".join(protocol.ALFWORLD_FIRST_TINY)) for line in first)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  _overrides_name_fields(protocol)
 
 
 def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
@@ -42,8 +47,7 @@ def test_the_gui_protocol_plans_three_runs_of_fresh_instances():
   lines = [line for line in out.stdout.splitlines() if "launch/train.py" in line]
   assert len(lines) == len(protocol.ARMS) * protocol.WARM_STARTS * protocol.SEEDS >= 3
   assert all("--config=configs/grpo_miniwob.py" in line and "--config.rollout.task_pool=0" in line for line in lines)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  _overrides_name_fields(protocol)
 
 
 def test_the_scienceworld_protocol_plans_three_seeds_of_40_iterations_from_one_warm_start():
@@ -59,8 +63,7 @@ def test_the_scienceworld_protocol_plans_three_seeds_of_40_iterations_from_one_w
     assert len(mine) == 3 and all(f"--config=configs/{method}_scienceworld.py{variant} " in line for line in mine)
     assert sorted(line.split("--config.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
   assert all(line.endswith("--config.train.num_iterations=40") for line in lines)
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  _overrides_name_fields(protocol)
 
 
 def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start():
@@ -99,8 +102,7 @@ def test_the_alfworld_protocol_plans_three_seeds_of_each_arm_from_one_warm_start
   assert args["gigpo_alfworld_small_ws2048_fresh_kl_it60_games128"] == args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]
   assert len({args["gigpo_alfworld_small_listed_ws512_fresh_kl_it60"], args["gigpo_alfworld_small_ws512"],
               args["gigpo_alfworld_small_ws2048_fresh_kl_it60"]}) == 3
-  for _, config, overrides in protocol.ARMS:  # every override names a field of its config
-    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  _overrides_name_fields(protocol)
 
 
 def test_product_and_zip_make_named_arms_with_their_overrides(tmp_path):
@@ -226,8 +228,7 @@ def _planned_arms(protocol_name, names):
   for name in names:
     mine = [line for line in lines if f"/{name}/ws" in line]
     assert sorted(line.split("--config.sft.seed=")[1].split()[0] for line in mine) == ["0", "1", "2"]
-  for _, config, overrides in protocol.ARMS:
-    sweep_file.check_fields(config, [o.removeprefix("--").partition("=")[0] for o in overrides])
+  _overrides_name_fields(protocol)
   return lines
 
 
