@@ -10,7 +10,9 @@ on a Cloud TPU slice (--tpu), resumable, comparing the arms after every run.
   python launch/sweep.py ... --tpu=ej --zone=us-east5-a --bucket=my-bucket   # every run on the slice, in turn
   python launch/sweep.py ... --record=docs/results/protocol/sge_coding   # copy each finished run's results there
 
-A sweep file's keys, and the arms its product and zip make: launch/sweep_file.py. Run (arm, W, S) lives in root/<machine>/<arm>/ws<W>_seed<S> and is launch/train.py with --workdir and the
+A sweep file's keys, and the arms its product and zip make: launch/sweep_file.py.
+
+Run (arm, W, S) lives in root/<machine>/<arm>/ws<W>_seed<S> and is launch/train.py with --workdir and the
 overrides, run from the repository root. <machine> is this machine's numerical environment
 (explore_jax/train/provenance.py machine_tag: CPU, cores, versions): another machine computes another warm
 start from the same sft.seed and another run from the same seeds (docs/determinism.md), so its runs are its

@@ -45,10 +45,9 @@ FAKE_TRAINER = textwrap.dedent("""
     json.dump({"trained / train": entry}, open(os.path.join(workdir, "summary.json"), "w"))
     machine = os.path.basename(os.path.dirname(os.path.dirname(workdir)))  # root/<machine>/<arm>/<run>
     hook = "-tips" if "config.rollout.final_max_new_tokens" in args else ""  # a stand-in for a method's own hook
-    digest = (os.environ.get("FAKE_DIGEST") or machine + "-ws" + args.get("config.sft.seed", "0")
-              + (f"-sft{sft_steps}" if sft_steps else "") + hook)
-    warm = ({"warm_start": "k" + args.get("config.sft.seed", "0") + (f"-sft{sft_steps}" if sft_steps else "") + hook}
-            if os.environ.get("FAKE_RECORD_KEY") else {})
+    inputs = args.get("config.sft.seed", "0") + (f"-sft{sft_steps}" if sft_steps else "") + hook  # of its warm start
+    digest = os.environ.get("FAKE_DIGEST") or machine + "-ws" + inputs
+    warm = {"warm_start": "k" + inputs} if os.environ.get("FAKE_RECORD_KEY") else {}
     if os.environ.get("FAKE_WARM_START_CACHE"):  # SFT warm starts cached as train/warm_start.py does, by key
       key = "k" + args.get("config.sft.seed", "0")
       params = os.path.join(os.environ["EXPLORE_JAX_CACHE"], "sft", key, "0", "params")
@@ -508,8 +507,8 @@ def test_the_recorded_warm_start_key_tells_a_methods_own_sft_inputs_from_another
   out = sweep(*command, f"--root={tmp_path / 'root'}", "--only=a,t", env={"FAKE_LOG": log, "FAKE_RECORD_KEY": "1"})
   assert out.returncode == 0, out.stderr[-3000:]
   assert len(_launched(log)) == 2 and not list((tmp_path / "root" / "m1").glob("*/*.mismatch"))
-  assert sweep_records.warm_start_inputs(str(tmp_path / "root" / "m1" / "a" / "ws0_seed0")) == sweep_records.warm_start_inputs(
-      str(tmp_path / "root" / "m1" / "t" / "ws0_seed0"))  # the config fields alone would have called it a mismatch
+  a, t = (str(tmp_path / "root" / "m1" / arm / "ws0_seed0") for arm in ("a", "t"))
+  assert sweep_records.warm_start_inputs(a) == sweep_records.warm_start_inputs(t)  # config fields alone: a mismatch
   # Arm b differs from a in an RL knob only: the same key, so other bits under the name m1 are another machine's.
   out = sweep(*command, f"--root={tmp_path / 'other'}", "--only=b",
               env={"FAKE_LOG": log, "FAKE_RECORD_KEY": "1", "FAKE_DIGEST": "other-bits"})
