@@ -7,6 +7,7 @@ must run normally (`_still_works`).
 import concurrent.futures
 import os
 import socket
+import string
 
 import pytest
 
@@ -329,7 +330,7 @@ def test_huge_output_and_huge_messages_are_truncated_and_printable():
   assert result.status == "failed"
   assert len(result.output) <= 500 and result.output.startswith("xxx") and result.output.endswith("...")
   assert len(result.message) <= 500 and "ValueError: yyy" in result.message
-  assert all(c in sandbox._PRINTABLE for c in result.output + result.message)
+  assert all(c in string.printable for c in result.output + result.message)
   result = run("import os\nos.write(1, b'z' * 10**6)\n" + GOOD, max_output_chars=100)
   assert result.passed and len(result.output) <= 100
   _still_works()

@@ -3,7 +3,7 @@
   sandbox.py  run_program(program, tests) -> ExecutionResult: the program in a fresh interpreter
               per call under resource limits, a user and network namespace where available, and an
               audit hook (_runner.py); the tests and the verdict outside it, calling the program
-              through proxies
+              through proxies (_attempt.py, the parent's end of the channel; _judge.py, the tests)
   wire.py     the plain data that crosses between them (exact types, size and depth limits)
   tasks.py    CodingTask; the procedural family (the tiny model's), HumanEval, JSONL datasets
               (MBPP, LeetCodeDataset, APPS); make_tasks(dataset) picks one by name
