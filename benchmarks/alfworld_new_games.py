@@ -1,7 +1,7 @@
 """Benchmark: a group of ALFWorld environments resetting to one new game at once.
 
 A GRPO/GiGPO group is `group_size` environments of one game. With a fresh game per group (rollout.task_pool 0)
-every group's reset is the game's first: it must be generated and checked by the planner (generate.py) before
+every group's reset is the game's first: it must be generated and checked by the planner (games.py) before
 the game processes load it. One process of the group plans the game while the others wait for its copy
 (a lock beside the game). For each of --games new games this times the group's reset three ways, on fresh caches:
   - one cache (as actors share one): one process plans, the others wait and load;

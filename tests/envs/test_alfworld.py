@@ -17,7 +17,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
-from explore_jax.envs.alfworld import generate
+from explore_jax.envs.alfworld import games, generate
 from explore_jax.envs.alfworld.env import ALFWorldEnv, ALFWorldError, GameProcess, generated_game
 from explore_jax.envs.alfworld.generate import (HELD_IN_ROOMS, HELD_OUT_ROOMS, SPLITS,
                                                 TASK_TYPES)
@@ -428,7 +428,7 @@ def test_official_layout_games_are_played_through_alfworld_data(official, monkey
 
 
 def test_concurrent_generation_writes_each_game_once_and_whole(tmp_path):
-  command = [sys.executable, "-m", "explore_jax.envs.alfworld.generate", "--split", "valid_unseen",
+  command = [sys.executable, "-m", "explore_jax.envs.alfworld.games", "--split", "valid_unseen",
              "--num-games", "2", "--task-types", "pick_and_place_simple", "look_at_obj_in_light",
              "--cache-dir", str(tmp_path)]
   runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -438,7 +438,7 @@ def test_concurrent_generation_writes_each_game_once_and_whole(tmp_path):
   listed = [sorted(line.split()[1] for line in out.splitlines() if "trial_S" in line)
             for out, _ in outputs]
   assert listed[0] == listed[1] == listed[2] and len(listed[0]) == 2
-  root = generate.generated_root(str(tmp_path))
+  root = games.generated_root(str(tmp_path))
   trials = sorted(p for p, _, files in os.walk(root) if "game.tw-pddl" in files)
   assert [os.path.relpath(os.path.join(t, "game.tw-pddl"), root) for t in trials] == listed[0]
   for trial in trials:
@@ -461,7 +461,7 @@ def test_a_new_game_reset_by_a_group_at_once_is_planned_once(tmp_path):
   """A group's environments reset to the same new game together: one of them plans it, the others wait for
   its copy (without the lock each of them planned it: the fake planner below overlaps them)."""
   spec = generate.game_spec("valid_unseen", "pick_and_place_simple", 0)
-  root = generate.generated_root(str(tmp_path))
+  root = games.generated_root(str(tmp_path))
 
   class SlowPlanner:
     calls = 0
@@ -473,13 +473,13 @@ def test_a_new_game_reset_by_a_group_at_once_is_planned_once(tmp_path):
       return ["a plan"]
 
   with concurrent.futures.ThreadPoolExecutor(4) as pool:
-    paths = list(pool.map(lambda _: generate.write_game(root, spec, SlowPlanner()), range(4)))
+    paths = list(pool.map(lambda _: games.write_game(root, spec, SlowPlanner()), range(4)))
   assert SlowPlanner.calls == 1
   assert len(set(paths)) == 1 and sorted(os.listdir(os.path.dirname(paths[0]))) == [
       "game.tw-pddl", "initial_state.pddl", "traj_data.json"]
   with open(paths[0]) as f:
     assert json.load(f)["walkthrough"] == ["a plan"]
-  assert generate.write_game(root, spec, SlowPlanner()) == paths[0] and SlowPlanner.calls == 1
+  assert games.write_game(root, spec, SlowPlanner()) == paths[0] and SlowPlanner.calls == 1
 
 
 def test_a_killed_game_process_fails_the_step_clearly_and_the_next_reset_restarts_it(env):

@@ -65,7 +65,7 @@ after `max_steps` (ALFWorld's usual 50). `info` adds task_type and floor_plan ("
 Oracle: the game's walkthrough. A generated game's is ALFWorld's planner expert (fast-downward,
 textworld's `policy_commands`, what AlfredExpertType.PLANNER plays) run when the game was generated
 (on the game pruned of the objects and receptacles no plan needs, where it takes milliseconds
-instead of up to minutes, then replayed on the game: generate.Solver), so it is short and checked.
+instead of up to minutes, then replayed on the game: games.Solver), so it is short and checked.
 An official game's is the walkthrough ALFWorld stored in it; a game without one is planned on the
 oracle's first call (which can take long on a large room). The handcoded expert is not used: it
 draws with the unseeded global `random`, explores, and in alfworld 0.4.2 misses its own "move"
@@ -103,7 +103,7 @@ import time
 import weakref
 from typing import Any, Sequence
 
-from explore_jax.envs.alfworld import generate
+from explore_jax.envs.alfworld import games, generate
 from explore_jax.envs.alfworld.generate import (DATA_FOLDER, GAME_FILE, SPLITS, TASK_TYPES,
                                                 TRAJ_FILE)
 from explore_jax.envs.base import (Outcome, TextEnv, next_gold_action, one_line_action, task_index,
@@ -401,7 +401,7 @@ class ALFWorldEnv(TextEnv):
     self.generated = data_dir is None or data_dir == GENERATED
     self.official_games: list[tuple[str, str]] = []
     if self.generated:
-      self.root = generate.generated_root(cache_dir)
+      self.root = games.generated_root(cache_dir)
       total = DEFAULT_NUM_GAMES[split] if num_games is None else num_games
       for task_type in self.task_types:
         if not generate.host_rooms(split, task_type, max_receptacles):
@@ -453,7 +453,7 @@ class ALFWorldEnv(TextEnv):
       path = self.official_games[index][0]
       return path, os.path.relpath(os.path.dirname(path), self.root)
     spec = self.game_spec(index)
-    path = os.path.join(generate.game_dir(self.root, spec), GAME_FILE)
+    path = os.path.join(games.game_dir(self.root, spec), GAME_FILE)
     if not os.path.isfile(path):
       path = self.game.call("generate", root=self.root, split=spec.split,
                             task_type=spec.task_type, room=spec.room, seed=spec.seed)["path"]

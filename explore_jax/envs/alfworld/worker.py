@@ -9,7 +9,7 @@ The game is ALFWorld's: textworld's PddlEnv under ALFWorld's AlfredDemangler and
 wrappers, which is how alfworld's AlfredTWEnv plays its games (it goes through textworld.gym, which
 makes the same environment). One PddlEnv serves every game: textworld loads a private copy of
 fast-downward's 34 MB library for each PddlEnv it makes, and never unloads it. Unless started with
---exact, `generate.memoize_textworld()` makes it skip the parsing and translating it repeats.
+--exact, `games.memoize_textworld()` makes it skip the parsing and translating it repeats.
 
 Requests ({"op": ..., ...}) and answers ({"ok": true, ...} or {"ok": false, "error": "..."}):
 
@@ -17,7 +17,7 @@ Requests ({"op": ..., ...}) and answers ({"ok": true, ...} or {"ok": false, "err
             answers the state, with "receptacles" (all of the room's, sorted)
   step      command: send a command; answers the state
   plan      the planner's plan from the game's initial state (the episode is replayed after it)
-  generate  root, split, task_type, room, seed: write that generated game under root (generate.py);
+  generate  root, split, task_type, room, seed: write that generated game under root (games.py);
             answers its path
   exit      leave
 
@@ -70,11 +70,11 @@ class Game:
     import textworld  # here only: the environment's process never imports textworld
     from textworld.envs.pddl import PddlEnv
 
-    from explore_jax.envs.alfworld import generate
+    from explore_jax.envs.alfworld import games, generate
 
-    self.generate = generate
+    self.games, self.generate = games, generate
     if memoize:
-      generate.memoize_textworld()
+      games.memoize_textworld()
     alfred = generate.alfworld_module("alfworld.agents.environment.alfred_tw_env")
     infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=True,
                                extras=["gamefile"])
@@ -88,7 +88,7 @@ class Game:
   # ---- requests ---------------------------------------------------------------------------------
 
   def load(self, path: str, admissible: bool = False) -> dict[str, Any]:
-    with self.generate.preserved_argv():
+    with self.games.preserved_argv():
       if path != self.path:
         self.path = None  # a failed load leaves no game loaded
         self.env.load(path)
@@ -118,12 +118,12 @@ class Game:
     wanted = infos.policy_commands
     infos.policy_commands = True
     try:
-      with self.generate.preserved_argv():
+      with self.games.preserved_argv():
         state = self.env.reset()
     finally:
       infos.policy_commands = wanted
     plan = list(state["policy_commands"] or [])
-    with self.generate.preserved_argv():
+    with self.games.preserved_argv():
       self.state = self.env.reset()
     for command in self.history:  # back to where the episode was
       self.state, _, _ = self.env.step(command)
@@ -133,8 +133,8 @@ class Game:
   def make(self, root: str, split: str, task_type: str, room: int, seed: int) -> dict[str, Any]:
     spec = self.generate.sample_game(room, task_type, seed, split)
     self.path = None  # generating loads other games into the environment
-    solver = self.generate.Solver(self.env)
-    return {"path": self.generate.write_game(root, spec, solver)}
+    solver = self.games.Solver(self.env)
+    return {"path": self.games.write_game(root, spec, solver)}
 
   # ---- the state --------------------------------------------------------------------------------
 
