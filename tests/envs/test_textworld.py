@@ -14,14 +14,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
-from explore_jax.envs.textworld import (
-    CHALLENGES,
-    SPLIT_FIRST_SEED,
-    TextWorldEnv,
-    TextWorldError,
-    challenge_settings,
-    generate_games,
-)
+from explore_jax.envs.textworld import TextWorldEnv
+from explore_jax.envs.textworld_games import (CHALLENGES, SPLIT_FIRST_SEED, TextWorldError, challenge_settings,
+                                              generate_games)
 
 # The games the tests play, generated once into a module cache two at a time:
 # (challenge, settings, split, game indices). Harder settings than the defaults get one game each.
@@ -352,7 +347,8 @@ def test_gymnasium_make_and_check_env(cache):
 
 _CHILD = """
 import json, sys
-from explore_jax.envs.textworld import TextWorldEnv, generate_games
+from explore_jax.envs.textworld import TextWorldEnv
+from explore_jax.envs.textworld_games import generate_games
 env = TextWorldEnv("tw-coin_collector", num_games=2, cache_dir=sys.argv[1])
 [won] = generate_games([env.game_job(0)])  # generates even where the game exists
 observations = [env.reset(seed=0)[0]]
