@@ -71,7 +71,7 @@ here (the program gets its own copy of the setup, and a name both define is the 
 tests). What the child reports is never trusted: a program that took over its interpreter can send
 frames of its own, but they hold nothing but plain values, as a function's answers could.
 
-The request (program, the runner's code and the codec's compiled here once, the compiled setup, the
+The request (program, the runner's, the audit hook's and the codec's code compiled here once, the compiled setup, the
 names, limits, a random token) travels on an unnamed file as stdin; calls and answers travel on two
 pipes, every answer prefixed with the token:
 printed or written output cannot pass for an answer, and a program that exits early or kills its
@@ -121,6 +121,7 @@ from explore_jax.envs.coding._judge import parse_python  # noqa: F401  (the task
 STATUSES = ("passed", "failed", "timeout", "memory", "crashed", "blocked", "syntax_error")
 
 _RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_runner.py")
+_AUDIT = os.path.join(os.path.dirname(_RUNNER), "_audit.py")
 # The child's whole script: read the request, run the runner's code (compiled here, once) on it.
 _BOOTSTRAP = ("import marshal, os\n"
               "data = bytearray()\n"
@@ -214,9 +215,9 @@ def _signal_name(number: int) -> str:
     return f"signal {number}"
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _child_code(path: str, filename: str):
-  """A file of the child's side (the runner, the codec) compiled, once per process."""
+  """A file of the child's side (the runner, its audit hook, the codec) compiled, once per process."""
   with open(path, encoding="utf-8") as f:
     source = f.read()
   with AST_LOCK:
@@ -277,7 +278,8 @@ def run_program(program: str, tests: Sequence[TestCase], *, setup: str = "",
       request = dict(token=token, call_fd=call_read, reply_fd=reply_write,
                      box=os.path.realpath(box), program=program, setup=setup_code,
                      setup_source=setup, runner=_child_code(_RUNNER, _RUNNER),
-                     wire=_child_code(wire.__file__, "<wire>"), names=sorted(used), classes=classes,
+                     wire=_child_code(wire.__file__, "<wire>"), audit=_child_code(_AUDIT, "<audit>"),
+                     names=sorted(used), classes=classes,
                      stdin_only=bool(tests) and all(t.stdin is not None for t in tests),
                      time_limit=float(time_limit_s), memory_bytes=int(memory_mb) << 20,
                      file_bytes=_FILE_BYTES, processes=_PROCESSES, max_output=int(max_output_chars))
