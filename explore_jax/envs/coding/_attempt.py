@@ -81,19 +81,19 @@ def refusal(subject: str, kind: str, detail: str) -> ProgramError:
   """Why `subject` ("f returned", "Solution().x is") cannot be used, as the error a test sees."""
   if kind == "type":
     return program_error("TypeError", f"{subject} an object of type {plain_name(detail)}; "
-                          "only plain data is compared")
+                         "only plain data is compared")
   if kind == "bytes":
     return program_error("ValueError", f"{subject} more than {wire.MAX_BYTES} bytes "
-                          f"({wire.MAX_BYTES >> 20} MiB) of data, the limit of one value")
+                         f"({wire.MAX_BYTES >> 20} MiB) of data, the limit of one value")
   if kind == "depth":
     return program_error("ValueError", f"{subject} data nested deeper than {wire.MAX_DEPTH} "
-                          "levels, the limit of one value")
+                         "levels, the limit of one value")
   if kind == "collision":
     return program_error("ValueError", f"{subject} more than {wire.MAX_COLLISIONS} distinct "
-                          "values with one hash, the limit of one value")
+                         "values with one hash, the limit of one value")
   if kind == "argument":
     return program_error("TypeError", f"{subject.rsplit(' ', 1)[0]} could not take its "
-                          f"arguments: {plain_name(detail, 200)}")
+                         f"arguments: {plain_name(detail, 200)}")
   return program_error("ValueError", f"{subject} malformed data ({plain_name(detail)})")
 
 

@@ -165,7 +165,7 @@ def _describe(error: BaseException, stdin: str | None, sources: dict[str, str]) 
 
 
 def judge(attempt: Attempt, tests: list[tuple], setup_code, setup: str,
-           class_names: tuple[str, ...]) -> tuple[list[bool], str]:
+          class_names: tuple[str, ...]) -> tuple[list[bool], str]:
   """Run the setup and the tests here, the program's names bound to proxies: (one bool per test
   run, the first failure's message). Stops when the attempt is over."""
   namespace: dict[str, Any] = {"__name__": "__tests__", "__builtins__": builtins}
