@@ -19,6 +19,10 @@ def world(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def recipe(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  # The copies' and the fields' prompts vary in width from step to step, and fixed-shape calls sample a full batch
+  # per width: continuous batching decodes them in one set of slots (benchmarks/README.md, "The sampler inside
+  # the loop"). Set before either protocol ran; a protocol keeps one setting.
+  c.rollout.batching = "continuous"
   c.rl.minibatch_size = 64
   c.rl.epochs = 2
   c.rl.micro_batch_size = 8
