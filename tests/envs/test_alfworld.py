@@ -18,9 +18,10 @@ from gymnasium.utils.env_checker import check_env
 
 from explore_jax.envs import ParallelCopies, oracle_demonstrations, state_key
 from explore_jax.envs.alfworld import games, generate
-from explore_jax.envs.alfworld.env import ALFWorldEnv, ALFWorldError, GameProcess, generated_game
+from explore_jax.envs.alfworld.env import ALFWorldEnv, generated_game
 from explore_jax.envs.alfworld.generate import (HELD_IN_ROOMS, HELD_OUT_ROOMS, SPLITS,
                                                 TASK_TYPES)
+from explore_jax.envs.alfworld.process import ALFWorldError, GameProcess
 from tests.envs.concurrent_play import assert_played_alike_at_once
 
 
