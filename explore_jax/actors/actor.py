@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -35,7 +36,7 @@ import queue
 import sys
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import gymnasium
 import numpy as np
@@ -72,9 +73,13 @@ class ActorConfig:
   env_threads: int = 1
 
 
+class PromptTooLong(ValueError):
+  """A prompt with images does not fit max_prompt_tokens: an image cannot be cut."""
+
+
 class PromptTokenizer:
-  """Chat messages (and their images) -> prompt token ids (cut from the left to a budget); response token ids
-  -> text."""
+  """Chat messages (and their images) -> prompt token ids (cut from the left to a budget, or the first of a hook's
+  shorter forms that fits: encode_fitting); response token ids -> text."""
 
   def __init__(self, tokenizer: Any, max_prompt_tokens: int, image_layout: Optional[ImageLayout] = None):
     if max_prompt_tokens < 1:
@@ -112,13 +117,34 @@ class PromptTokenizer:
     if layout is None or not (images or layout.pad_id in ids):
       return ids, cut
     if cut:
-      raise ValueError(f"the prompt with its {len(images)} image(s) has more than {len(ids) + cut} tokens, more "
-                       f"than max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
+      raise PromptTooLong(f"the prompt with its {len(images)} image(s) has more than {len(ids) + cut} tokens, "
+                          f"more than max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
     ids = layout.expand(ids, images)
     if len(ids) > self.max_prompt_tokens:
-      raise ValueError(f"the prompt with its {len(images)} image(s) has {len(ids)} tokens, more than "
-                       f"max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
+      raise PromptTooLong(f"the prompt with its {len(images)} image(s) has {len(ids)} tokens, more than "
+                          f"max_prompt_tokens={self.max_prompt_tokens}: an image cannot be cut")
     return ids, 0
+
+  def encode_fitting(self, forms: Iterable[list[dict[str, str]]], images: tuple[np.ndarray, ...] = ()
+                     ) -> tuple[list[int], int, int]:
+    """(prompt ids, tokens cut, which form): the first of `forms` (message lists, longest first) whose prompt
+    fits max_prompt_tokens whole, else the last one, cut as `encode` cuts it (an image prompt that fits in no
+    form is an error, as in `encode`)."""
+    last: Any = None  # the last form's outcome: (ids, cut, index), or the error of an image prompt too long
+    for index, messages in enumerate(forms):
+      try:
+        ids, cut = self.encode(messages, images)
+      except PromptTooLong as e:
+        last = e
+        continue
+      if not cut:
+        return ids, 0, index
+      last = (ids, cut, index)
+    if last is None:
+      raise ValueError("no prompt form to encode")
+    if isinstance(last, PromptTooLong):
+      raise last
+    return last
 
   def _encode_text(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
     if getattr(self.tokenizer, "chat_template", None):
@@ -221,6 +247,7 @@ class _Episode:
   prompt_notes: dict[str, Any] = dataclasses.field(default_factory=dict)
   truncated_tokens: int = 0
   truncated_prompts: int = 0
+  shortened_prompts: int = 0
   images: tuple[Any, ...] = ()  # the current prompt's images, resized
   awaiting: str = _RESPONSE
   requested_at: float = 0.0
@@ -366,7 +393,8 @@ class Actor:
       if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
       ep.images = self.tokenizer.resize(prompt.images)
-      ep.prompt_ids, ep.truncated_tokens = self.tokenizer.encode(prompt.messages, ep.images)
+      ep.prompt_ids, ep.truncated_tokens, form = self.tokenizer.encode_fitting(
+          itertools.chain([prompt.messages], prompt.shorter), ep.images)
       # Cut like the sampled prompt, so an update can score the response under either.
       ep.prompt_variants = {name: self.tokenizer.encode(messages, ep.images)[0]
                             for name, messages in prompt.variants.items()}
@@ -375,6 +403,7 @@ class Actor:
       self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
       return
     ep.truncated_prompts += int(ep.truncated_tokens > 0)
+    ep.shortened_prompts += int(form > 0)
     self._wait(ep, _RESPONSE)
     self.send(PromptRequest(ep.spec.episode_id, ep.step, ep.prompt_ids, self.config.actor_id, images=ep.images))
 
@@ -453,6 +482,7 @@ class Actor:
         spec=ep.spec, steps=ep.steps, success=ep.steps[-1].success,
         total_reward=sum(s.task_reward for s in ep.steps), feedback=str(ep.info.get("feedback", "")),
         actor_id=self.config.actor_id, truncated_prompts=ep.truncated_prompts,
+        shortened_prompts=ep.shortened_prompts,
         final_text="" if final_response is None else self.tokenizer.decode(final_response.tokens),
         final_response=final_response, final_observation=_text_of(ep.observation),
         final_state_key=_state_key(ep)))
@@ -465,11 +495,13 @@ class Actor:
       discard(ep.env)
     else:
       self.envs.release(ep.spec.env_id, ep.spec.env_kwargs, ep.env)
-    self._send_dropped(ep.spec, error, ep.truncated_prompts)
+    self._send_dropped(ep.spec, error, ep.truncated_prompts, ep.shortened_prompts)
 
-  def _send_dropped(self, spec: EpisodeSpec, error: str, truncated_prompts: int = 0) -> None:
+  def _send_dropped(self, spec: EpisodeSpec, error: str, truncated_prompts: int = 0,
+                    shortened_prompts: int = 0) -> None:
     self.send(EpisodeResult(spec=spec, steps=[], success=False, total_reward=0.0, feedback="", error=error,
-                            actor_id=self.config.actor_id, truncated_prompts=truncated_prompts))
+                            actor_id=self.config.actor_id, truncated_prompts=truncated_prompts,
+                            shortened_prompts=shortened_prompts))
 
 
 def actor_main(config: ActorConfig, inbox: Any, outbox: Any) -> None:

@@ -108,6 +108,7 @@ class RunState:
         actor_restarts=self.restarts,
         steps=sum(len(r.steps) for r in results),
         truncated_prompts=sum(r.truncated_prompts for r in results),
+        shortened_prompts=sum(r.shortened_prompts for r in results),
         policy_calls=self.policy_calls,
         requests=self.requests,
         mean_batch_size=self.requests / max(self.policy_calls, 1),

@@ -20,7 +20,7 @@ EpisodesCancelled, ActorFailure (before exiting on an error that belongs to no e
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
@@ -131,6 +131,12 @@ class Prompt:
   # Small picklable facts the hook found while building the prompt, kept with the step (StepRecord.prompt_notes)
   # for the learner: EMPO2's number of tips retrieved.
   notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+  # Shorter forms of `messages`, longest first, for a prompt past the actor's max_prompt_tokens: the actor samples
+  # from the first form that fits whole (counted in EpisodeResult.shortened_prompts) and cuts the last one from the
+  # left only when none fits. An iterable (a generator builds the forms only when the prompt does not fit); it
+  # says what a long prompt loses first (DPEPO's parallel prompt: older observations, then older actions), where
+  # the left cut would take the system message and the task. Variants are tokenised as given.
+  shorter: Iterable[list[dict[str, str]]] = ()
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small
@@ -159,6 +165,7 @@ class EpisodeResult:
   error: Optional[str] = None
   actor_id: int = -1
   truncated_prompts: int = 0  # prompts (the steps' and the final one) cut to fit max_prompt_tokens
+  shortened_prompts: int = 0  # step prompts sampled in one of the hook's shorter forms (Prompt.shorter)
   final_text: str = ""        # the decoded answer to the hook's final_prompt ("" when it asked none)
   final_response: Optional[Response] = None  # that answer as the policy sampled it
   final_observation: str = ""  # the text of the observation the episode ended on (what a final prompt sees)

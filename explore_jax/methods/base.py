@@ -72,19 +72,30 @@ class ObservationPrompt:
 
   def __call__(self, observation: Any, history: list[tuple[Any, str]], context: dict[str, Any],
                info: dict[str, Any]) -> Union[list[dict[str, str]], Prompt]:
+    shown = history[-self.history_steps:] if self.history_steps else []
+    messages = self.chat(observation, history, shown, context)
+    images = [observation[SCREENSHOT]] if isinstance(observation, dict) and SCREENSHOT in observation else []
+    if not shown:
+      return Prompt(messages, images=images) if images else messages
+    # Past the prompt budget, the oldest shown steps go first (the system message and the task stay).
+    shorter = (self.chat(observation, history, shown[len(shown) - k:] if k else [], context)
+               for k in range(len(shown) - 1, -1, -1))
+    return Prompt(messages, images=images, shorter=shorter)
+
+  def chat(self, observation: Any, history: list[tuple[Any, str]], shown: list[tuple[Any, str]],
+               context: dict[str, Any]) -> list[dict[str, str]]:
+    """The chat: the system message, the `shown` earlier steps as turns, then the observation (a GUI world's
+    screenshot marker first), the last actions of `history` and the instruction."""
     messages = [{"role": "system", "content": self.system}] if self.system else []
-    for past_obs, past_response in (history[-self.history_steps:] if self.history_steps else []):
+    for past_obs, past_response in shown:
       messages += [{"role": "user", "content": observation_text(past_obs)},
                    {"role": "assistant", "content": past_response}]
-    images = []
+    text = observation_text(observation)
     if isinstance(observation, dict) and SCREENSHOT in observation:  # a GUI world: the screenshot, then its text
-      images = [observation[SCREENSHOT]]
-      text = join_text(IMAGE, observation_text(observation))
-    else:
-      text = observation_text(observation)
+      text = join_text(IMAGE, text)
     messages.append({"role": "user", "content": join_text(text, self.actions_so_far(history),
                                                           self.instruction_for(context))})
-    return Prompt(messages, images=images) if images else messages
+    return messages
 
   def actions_so_far(self, history: list[tuple[str, str]]) -> str:
     """"Your last actions: a; b; c." of the last `action_history` responses (one line each, cut to 60

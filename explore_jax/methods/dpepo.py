@@ -11,7 +11,9 @@
                 copy ("In Environment i: Action k: ... Observation k: ..."), each copy's last action, what
                 it shows now and its admissible actions, and "You can explore up to K different
                 environments, ranging from 1 to K". It wraps whatever prompt the run builds (the system
-                prompt, SGE's strategy instruction in "dpepo+sge"), so the layout is the observation.
+                prompt, SGE's strategy instruction in "dpepo+sge"), so the layout is the observation. Past
+                the prompt budget it gives up the earlier steps' observations, then their actions, oldest
+                first; the task, the instruction and where each copy is stay.
   Weight        W_t = (omega^c_wid + mean_i (alpha^c_dep + gamma^c_dtr + beta^c_wtr) / 3) / 2 from the
                 copies' action histories (rl/diversity.py), computed from what the actors sent back
                 (`info["parsed_actions"]` of each step) into the record field `step_weight`; 0.5 for a step
@@ -32,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from explore_jax.actors.protocol import EpisodeResult
+from explore_jax.actors.protocol import EpisodeResult, Prompt
 from explore_jax.envs.base import ACTIONS_LINE, state_key
 from explore_jax.methods import grpo
 from explore_jax.methods.base import STEP_WEIGHT_FIELD, Method, ObservationPrompt, register_method
@@ -74,8 +76,10 @@ def add_config(c: Any) -> Any:
   d.width_ignore = ""            # comma-separated actions c_wid leaves out (the released ALFWorld code: "look")
   d.round_to = -1                # decimals W_t is rounded to (the released code: 4); -1 keeps it exact
   # The earlier steps of each copy that show their observation, the last ones (-1: all; the paper's layout).
-  # Older steps keep their action only: what a long prompt loses first. Past rollout.max_prompt_tokens the
-  # actor cuts the prompt from the left; the tiny configs set this so that it does not have to.
+  # Older steps keep their action only. Past rollout.max_prompt_tokens a step's prompt gives up more: the
+  # remaining earlier observations, oldest first, then the earlier actions, oldest first (ParallelPrompt's
+  # shorter forms); the actor cuts it from the left only when even the last form, without earlier steps, is
+  # too long (counted in `truncated_prompts`, the shortened ones in `shortened_prompts`).
   d.history_steps = -1
   # List each copy's admissible actions (the paper's layout) where the world reports them and its observation
   # does not already list them; off where only the cold start's world reports them (the prompts a policy is
@@ -88,17 +92,29 @@ def add_config(c: Any) -> Any:
 class ParallelPrompt:
   """The actors' prompt in parallel copies: the step's layout (module docstring) built from the copies' info,
   handed to `inner` (the run's own prompt: its system message and instruction) as the observation, with no
-  history of its own (the layout holds it). Picklable, jax-free."""
+  history of its own (the layout holds it). Past the prompt budget its shorter forms (Prompt.shorter) give up the
+  earlier steps' observations, oldest first, then their actions, oldest first; the task, the instruction and
+  where each copy is now stay. Picklable, jax-free."""
   inner: Any = dataclasses.field(default_factory=ObservationPrompt)
   history_steps: int = -1  # the earlier steps per copy that show their observation (the last ones); -1: all
   admissible: bool = True  # list each copy's admissible actions where its observation does not
 
   def __call__(self, observation, history, context, info):
-    return self.inner(self.layout(info), [], context, info)
+    prompt = self.inner(self.layout(info), [], context, info)
+    prompt = prompt if isinstance(prompt, Prompt) else Prompt(prompt)
+    steps = max((len(actions) - 1 for actions in info["histories"]), default=0)  # earlier steps of a copy
+    observed = steps if self.history_steps < 0 else min(self.history_steps, steps)
+    forms = [(o, steps) for o in range(observed - 1, -1, -1)] + [(0, n) for n in range(steps - 1, -1, -1)]
+    shorter = (_messages(self.inner(self.layout(info, o, n), [], context, info)) for o, n in forms)
+    return dataclasses.replace(prompt, shorter=shorter)
 
-  def layout(self, info: dict[str, Any]) -> str:
+  def layout(self, info: dict[str, Any], observed: int | None = None, listed: int = -1) -> str:
+    """The step's text: of each copy's earlier steps the last `listed` (-1: all) are listed, under their own
+    numbers (a list that starts at "Action 4" left out three), the last `observed` of them with their
+    observation (None: `history_steps`; -1: all)."""
     if "histories" not in info or "copy_observations" not in info:
       raise ValueError("DPEPO's prompt needs the world in parallel copies: set env.parallel.copies to K >= 1")
+    observed = self.history_steps if observed is None else observed
     histories, observations = info["histories"], info["copy_observations"]
     k = len(histories)
     admissible = info.get("copy_admissible_actions") or [None] * k
@@ -107,11 +123,12 @@ class ParallelPrompt:
     earlier = []
     for i, (actions, shown) in enumerate(zip(histories, observations)):
       steps = list(zip(actions, shown))[:-1]  # the last one is shown below, as where the copy is now
-      if not steps:
+      first = len(steps) - listed if 0 <= listed < len(steps) else 0  # steps before `first` are left out
+      if len(steps) == first:
         continue
       earlier.append(f"In Environment {i + 1}:")
-      with_observation = len(steps) - self.history_steps if self.history_steps >= 0 else 0
-      for n, (action, seen) in enumerate(steps, start=1):
+      with_observation = len(steps) - observed if observed >= 0 else 0
+      for n, (action, seen) in enumerate(steps[first:], start=first + 1):
         earlier.append(f"Action {n}: {action}")
         if n > with_observation:
           earlier.append(f"Observation {n}: {seen}")
@@ -129,6 +146,10 @@ class ParallelPrompt:
       lines.append(block)
     lines.append(f"You can explore up to {k} different environments, ranging from 1 to {k}. {RESPONSE_FORMAT}")
     return "\n".join(lines)
+
+
+def _messages(prompt: Any) -> list[dict[str, str]]:
+  return prompt.messages if isinstance(prompt, Prompt) else prompt
 
 
 def diversity(results: list[EpisodeResult]) -> dict[str, float]:

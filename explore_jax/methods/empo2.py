@@ -148,19 +148,22 @@ class TipPrompt:
     inner = self._inner(observation, history, context, info)
     messages = inner.messages
     if context.get("mode", PLAIN) == PLAIN:
-      return inner if inner.variants or inner.images or inner.notes else messages
+      return inner if inner.variants or inner.images or inner.notes or inner.shorter else messages
     memory = context.get("memory")
     shown = []
     if memory and "embeddings" in info:
       order = retrieve(memory["keys"], memory["returns"], np.asarray(info["embeddings"])[0],
                        threshold=self.retrieve_threshold, k=self.top_k)
       shown = [memory["tips"][i] for i in order]
-    with_tips = messages
-    if shown:
+    def with_tips(messages):
+      if not shown:
+        return messages
       last = messages[-1]
-      with_tips = messages[:-1] + [{**last, "content": join_text(last["content"], tip_block(shown, self.header))}]
-    return Prompt(with_tips, variants={**inner.variants, NO_TIPS: messages}, images=inner.images,
-                  notes={**inner.notes, "tips": len(shown)})
+      return messages[:-1] + [{**last, "content": join_text(last["content"], tip_block(shown, self.header))}]
+
+    # The inner prompt's shorter forms keep the tips: they are what a memory-augmented step is for.
+    return Prompt(with_tips(messages), variants={**inner.variants, NO_TIPS: messages}, images=inner.images,
+                  notes={**inner.notes, "tips": len(shown)}, shorter=(with_tips(m) for m in inner.shorter))
 
   def final_prompt(self, observation, history, context, info) -> Optional[list[dict[str, str]]]:
     """The whole episode as a chat, then the final observation and the tip-generation prompt."""

@@ -90,6 +90,7 @@ def collect(pool: ActorPool, specs: list[EpisodeSpec], policy_fn: Callable, embe
       "episodes_dropped": float(pool_metrics["episodes_dropped"]),
       "actor_restarts": float(pool_metrics["actor_restarts"]),
       "truncated_prompts": float(pool_metrics["truncated_prompts"]),
+      "shortened_prompts": float(pool_metrics["shortened_prompts"]),
       "time_rollout_s": wall, "time_sampling_s": sample_time,
       "time_environment_s": max(wall - sample_time, 0.0),
       "sample_tokens_per_s": new_tokens / max(sample_time, 1e-9),

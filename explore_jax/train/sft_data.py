@@ -113,11 +113,15 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
 
 
 def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[str, Any]:
-  """One demonstration: a prompt hook's output (a Prompt, whose images come along, or a message list) and the
-  reply it should get, as `write_demonstrations` and `sft_request` take them."""
-  messages, images = (prompt.messages, prompt.images) if isinstance(prompt, Prompt) else (prompt, ())
-  return {"messages": messages, "response": response,
-          **({"images": [np.asarray(image) for image in images]} if images else {})}
+  """One demonstration: a prompt hook's output (a Prompt, whose images and shorter forms come along, or a message
+  list) and the reply it should get, as `write_demonstrations` and `sft_request` take them. Past the prompt
+  budget, SFT trains on the form an actor would sample from (tokenize_demos)."""
+  if not isinstance(prompt, Prompt):
+    prompt = Prompt(prompt)
+  shorter = [list(messages) for messages in prompt.shorter]
+  return {"messages": prompt.messages, "response": response,
+          **({"shorter": shorter} if shorter else {}),
+          **({"images": [np.asarray(image) for image in prompt.images]} if prompt.images else {})}
 
 
 MAX_ORACLE_WORKERS = 8
@@ -153,7 +157,8 @@ def _oracle_episodes(env_id: str, env_kwargs: dict[str, Any], seeds: list[int],
 def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: int, response_len: int,
                    image_layout: Optional[ImageLayout] = None) -> dict[str, np.ndarray]:
   """Token arrays for the next-token step: [prompt | response + EOS], prompt left-padded to
-  `prompt_len` (longer prompts keep their end, as actors truncate), loss on the response only.
+  `prompt_len` (a longer prompt is taken in its first shorter form that fits, else cut to its end, as actors
+  do), loss on the response only.
 
   Demonstrations with images need the policy's `image_layout`: their images are resized and laid out as
   the actors do, and the arrays add "images" uint8 [N, K, H, W, C] (K the most any prompt holds, all of
@@ -167,7 +172,7 @@ def tokenize_demos(tokenizer: Any, demos: Sequence[dict[str, Any]], prompt_len: 
   loss = np.zeros((n, width), bool)
   images = [encoder.resize(d.get("images", ())) for d in demos]
   for i, d in enumerate(demos):
-    prompt, _ = encoder.encode(d["messages"], images[i])
+    prompt, _, _ = encoder.encode_fitting([d["messages"], *d.get("shorter", ())], images[i])
     response = tokenizer(d["response"], add_special_tokens=False)["input_ids"] + [eos]
     if len(response) > response_len:
       raise ValueError(f"demonstration {i}: response of {len(response)} tokens exceeds response_len={response_len}")

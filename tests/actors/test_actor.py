@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from explore_jax.actors.actor import Actor, ActorConfig, PromptTokenizer, _serve
-from explore_jax.actors.protocol import (STOP, EmbedRequest, Embeddings, EpisodeResult, EpisodeSpec, PromptRequest,
-                                         Response)
+from explore_jax.actors.protocol import (STOP, EmbedRequest, Embeddings, EpisodeResult, EpisodeSpec, Prompt,
+                                         PromptRequest, Response)
 from tests.actors import actor_fixtures
 
 TINY = str(pathlib.Path(__file__).parents[2] / "explore_jax/hf/assets/tiny")
@@ -147,6 +147,26 @@ def test_a_long_prompt_keeps_its_last_tokens(tokenizer):
   assert all(r.truncated_tokens > 0 and len(r.prompt_ids) == 40 for r in result.steps)
   assert result.steps[0].truncated_tokens == len(full) - 40
   assert result.truncated_prompts == len(result.steps)
+
+
+def _long_then_short(observation, history, context, info):
+  """A prompt whose full form is long; its shorter forms drop the padding, then the observation's tail."""
+  text = str(observation)
+  return Prompt([{"role": "user", "content": "pad " * 200 + text}],
+                shorter=iter([[{"role": "user", "content": "pad " * 100 + text}], [{"role": "user", "content": text}]]))
+
+
+def test_a_long_prompt_is_sampled_in_its_first_shorter_form_that_fits(tokenizer):
+  s = spec(4)
+  _, observation, _ = actor_fixtures.mirror(s)
+  forms = [tokenizer.encode([{"role": "user", "content": pad + observation}])[0] for pad in ("pad " * 100, "")]
+  actor, sent = make_actor(tokenizer, max_prompt_tokens=len(forms[0]), hook=_long_then_short)
+  actor.handle(s)
+  assert sent[0].prompt_ids == forms[0]  # the second form fits whole; the first would be cut
+  # Later observations are longer or shorter; each step's prompt is one of its forms, whole.
+  result = play(actor, sent, tokenizer, [], started=[s])[4]
+  assert result.shortened_prompts == len(result.steps) and result.truncated_prompts == 0
+  assert all(r.truncated_tokens == 0 and len(r.prompt_ids) <= len(forms[0]) for r in result.steps)
 
 
 def test_without_a_chat_template_the_contents_are_joined(tokenizer):

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from configs import dpepo_keydoor
+from explore_jax.actors.actor import PromptTokenizer
 from explore_jax.actors.protocol import EpisodeSpec
 from explore_jax.envs import ParallelCopies
+from explore_jax.hf import TINY_ASSETS
 from explore_jax.methods import make_method
 from explore_jax.methods.base import STEP_WEIGHT_FIELD, ObservationPrompt
 from explore_jax.methods.dpepo import RESPONSE_FORMAT, ParallelPrompt
@@ -34,7 +36,7 @@ def test_the_layout_groups_earlier_steps_per_copy_then_shows_where_each_copy_is(
   start, info = env.reset(seed=3)
   room = env.copies[0].raw_observation()
   hook = ParallelPrompt(inner=ObservationPrompt(system="Act.", instruction="Go."))
-  first = hook(start, [], {}, info)
+  first = hook(start, [], {}, info).messages
   assert first[0] == {"role": "system", "content": "Act."}
   assert first[1]["content"] == "\n".join([
       f"Your task and where you start:\n{room}", "Where each environment is now:",
@@ -44,7 +46,7 @@ def test_the_layout_groups_earlier_steps_per_copy_then_shows_where_each_copy_is(
   _, _, _, _, info = env.step(parallel((1, "go left"), (2, "go right")))
   after_left, after_right = info["copy_observations"][0][0], info["copy_observations"][1][0]
   _, _, _, _, info = env.step(parallel((1, "go left")))
-  text = hook(None, [], {}, info)[1]["content"]
+  text = hook(None, [], {}, info).messages[1]["content"]
   now_left = env.copies[0].raw_observation()
   assert text.split("\n", 1)[0] == "Your task and where you start:"
   assert "\n".join(["Your earlier steps:", "In Environment 1:", "Action 1: go left",
@@ -52,16 +54,55 @@ def test_the_layout_groups_earlier_steps_per_copy_then_shows_where_each_copy_is(
                     f"In Environment 1:\nYour last action: go left\nObservation: {now_left}",
                     f"In Environment 2:\nYour last action: go right\nObservation: {after_right}"]) in text
   # history_steps = 0: earlier steps keep their action only (what a long prompt gives up first).
-  short = ParallelPrompt(inner=ObservationPrompt(system=""), history_steps=0)(None, [], {}, info)[0]["content"]
+  short = ParallelPrompt(inner=ObservationPrompt(system=""), history_steps=0)(None, [], {}, info).messages[0]["content"]
   assert "Action 1: go left\nWhere each environment is now:" in short and "Observation 1:" not in short
 
 
 def test_the_layout_lists_admissible_actions_a_copy_does_not_show_and_marks_ended_copies():
   info = {"initial_observation": "start", "histories": [["a"], []], "copy_observations": [["seen a"], []],
           "copy_admissible_actions": [["x", "y"], ["z"]], "copy_ended": [True, False]}
-  text = ParallelPrompt(inner=ObservationPrompt(system=""))(None, [], {}, info)[0]["content"]
+  text = ParallelPrompt(inner=ObservationPrompt(system=""))(None, [], {}, info).messages[0]["content"]
   assert "In Environment 1:\nYour last action: a\nObservation: seen a\nThis environment's episode has ended." in text
   assert "In Environment 2:\nNo action taken yet.\nObservation: start\nAdmissible actions: z." in text
+
+
+def test_past_the_budget_the_prompt_gives_up_old_observations_then_old_actions_and_keeps_the_task():
+  histories = [["a1", "a2", "a3"], ["b1", "b2", "b3"]]
+  info = {"initial_observation": "start", "histories": histories,
+          "copy_observations": [["sa1", "sa2", "sa3"], ["sb1", "sb2", "sb3"]]}
+  prompt = ParallelPrompt(inner=ObservationPrompt(system="Act."))(None, [], {}, info)
+  forms = [prompt.messages, *prompt.shorter]
+  texts = [m[1]["content"] for m in forms]
+  assert all(m[0] == {"role": "system", "content": "Act."} for m in forms)
+  assert all(t.startswith("Your task and where you start:\nstart\n") and t.endswith(RESPONSE_FORMAT) for t in texts)
+  assert all("In Environment 2:\nYour last action: b3\nObservation: sb3" in t for t in texts)
+  # Observations of earlier steps go first, oldest first (2 steps shown, then 1, then none) ...
+  assert [sum(f"Observation {n}: sa{n}" in t for n in (1, 2)) for t in texts[:3]] == [2, 1, 0]
+  assert "Observation 2: sa2" in texts[1] and "Observation 1:" not in texts[1]
+  # ... then the earlier actions, oldest first; the last form lists none of them.
+  assert "Action 1: a1" in texts[2] and "In Environment 1:\nAction 2: a2\nIn Environment 2:\nAction 2: b2" in texts[3]
+  assert "Action 1:" not in texts[3] and "Your earlier steps:" not in texts[4] and len(texts) == 5
+  assert [len(t) for t in texts] == sorted((len(t) for t in texts), reverse=True)
+  # history_steps bounds the observations from the start: the forms begin at one shown observation.
+  one = ParallelPrompt(inner=ObservationPrompt(system=""), history_steps=1)(None, [], {}, info)
+  assert len([one.messages, *one.shorter]) == 4
+
+
+def test_the_actor_samples_the_first_form_that_fits_the_budget():
+  tokenizer = PromptTokenizer.from_dir(TINY_ASSETS, max_prompt_tokens=10_000)
+  info = {"initial_observation": "start", "histories": [["go left"] * 6], "copy_observations": [["a room"] * 6]}
+  prompt = ParallelPrompt(inner=ObservationPrompt(system="Act."))(None, [], {}, info)
+  forms = [prompt.messages, *prompt.shorter]
+  lengths = [len(tokenizer.encode(m)[0]) for m in forms]
+  budget = (lengths[3] + lengths[2]) // 2  # the fourth form fits, the third does not
+  fitting = PromptTokenizer(tokenizer.tokenizer, budget)
+  prompt = ParallelPrompt(inner=ObservationPrompt(system="Act."))(None, [], {}, info)
+  ids, cut, form = fitting.encode_fitting([prompt.messages, *prompt.shorter])
+  assert (ids, cut, form) == (tokenizer.encode(forms[3])[0], 0, 3)
+  # When no form fits, the last (shortest) is cut from the left, as any long prompt is.
+  tight = PromptTokenizer(tokenizer.tokenizer, lengths[-1] - 5)
+  ids, cut, form = tight.encode_fitting(forms)
+  assert (ids, cut, form) == (tokenizer.encode(forms[-1])[0][5:], 5, len(forms) - 1)
 
 
 def test_outside_parallel_copies_the_prompt_says_what_to_set():
@@ -173,7 +214,7 @@ def test_dpepo_with_sge_puts_the_strategy_prompt_inside_the_parallel_layout():
   assert isinstance(hook, ParallelPrompt) and isinstance(hook.inner, StrategyPrompt)
   env = ParallelCopies("explore_jax/KeyDoor-v0", num_copies=4)
   _, info = env.reset(seed=0)
-  content = hook(None, [], {}, info)[-1]["content"]
+  content = hook(None, [], {}, info).messages[-1]["content"]
   assert content.startswith("Your task and where you start:")
   assert content.endswith("ranging from 1 to 4. " + RESPONSE_FORMAT + "\n" + method.config.instruction)
   assert method.temperatures() == [1.2, 0.7] and method.delimiters() == ["### Code"]  # SGE's schedule

@@ -79,6 +79,12 @@ def test_a_memory_augmented_step_shows_the_retrieved_tips_and_keeps_the_prompt_w
   # A tip mode on an empty memory: nothing retrieved, the two prompts equal.
   empty = hook("You are in the hall.", [], {"mode": ON_POLICY, "tip": True}, {})
   assert empty.messages == plain and empty.notes == {"tips": 0}
+  # Past the budget the inner prompt's shorter forms (here: without the earlier step) keep the tips.
+  with_history = dataclasses.replace(hook, inner=ObservationPrompt(system="Act.", history_steps=1))
+  prompt = with_history("You are in the hall.", [("At the door.", "go in")], context, {"embeddings": unit(1, 0)[None]})
+  (shorter,) = list(prompt.shorter)
+  assert len(prompt.messages) == 4 and shorter == [prompt.messages[0], prompt.messages[-1]]
+  assert MEMORY_HEADER in shorter[-1]["content"]
 
 
 def test_the_tip_prompt_follows_the_whole_episode_and_evaluation_asks_for_none():

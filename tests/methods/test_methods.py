@@ -70,13 +70,26 @@ def test_negative_dual_clip_disables_it():
 
 def test_prompt_hook_unpickles_without_jax():
   hook = ObservationPrompt(system="sys", history_steps=1)
-  messages = hook("obs 2", [("obs 1", "go right")], {}, {})
+  messages = hook("obs 2", [("obs 1", "go right")], {}, {}).messages
   assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
   code = ("import pickle, sys; hook = pickle.loads(sys.stdin.buffer.read()); "
           "hook('o', [], {}, {}); print('jax' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(hook), capture_output=True, cwd=REPO)
   assert out.returncode == 0, out.stderr.decode()[-2000:]
   assert out.stdout.decode().strip() == "False"
+
+
+def test_past_the_budget_the_history_loses_its_oldest_steps_first():
+  hook = ObservationPrompt(system="sys", history_steps=2, action_history=3)
+  history = [("o1", "a1"), ("o2", "a2"), ("o3", "a3")]
+  prompt = hook("o4", history, {}, {})
+  last = {"role": "user", "content": "o4\nYour last actions: a1; a2; a3."}
+  turns = lambda *n: [m for i in n for m in ({"role": "user", "content": f"o{i}"},
+                                             {"role": "assistant", "content": f"a{i}"})]
+  system = {"role": "system", "content": "sys"}
+  assert prompt.messages == [system, *turns(2, 3), last]
+  assert list(prompt.shorter) == [[system, *turns(3), last], [system, last]]
+  assert hook("o1", [], {}, {}) == [system, {"role": "user", "content": "o1"}]  # nothing to shorten: plain messages
 
 
 def test_the_action_history_lists_the_last_actions_after_the_observation():

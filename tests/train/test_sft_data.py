@@ -33,6 +33,22 @@ def test_tokenized_demo_layout(tokenizer):
     sft_data.tokenize_demos(tokenizer, demos, prompt_len=64, response_len=2)
 
 
+def test_sft_trains_on_the_shorter_form_an_actor_would_sample(tokenizer, tmp_path):
+  hook = ObservationPrompt(system="sys", history_steps=2)
+  demo = sft_data.demonstration(hook("o3 " * 5, [("o1 " * 20, "a1"), ("o2 " * 5, "a2")], {}, {}), "a3")
+  assert [len(m) for m in [demo["messages"], *demo["shorter"]]] == [6, 4, 2]  # 2 earlier steps, 1, none
+  path = str(tmp_path / "demos.jsonl")
+  sft_data.write_demonstrations(path, [demo])
+  assert sft_data.load_demonstrations(path) == [demo]
+  ids = lambda messages: tokenizer(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                                   add_special_tokens=False)["input_ids"]
+  expected = ids(demo["shorter"][0])
+  budget = len(expected)  # the form without the long first step fits whole, the full one does not
+  assert len(ids(demo["messages"])) > budget
+  arrays = sft_data.tokenize_demos(tokenizer, [demo], prompt_len=budget, response_len=6)
+  assert list(arrays["tokens"][0, :budget]) == expected
+
+
 def test_oracle_demos_follow_the_oracle_and_round_trip(tmp_path):
   hook = ObservationPrompt(history_steps=1)
   demos = sft_data.oracle_sft_demos("explore_jax/KeyDoor-v0", {"num_rooms": 3}, [1, 2, 3], hook)
