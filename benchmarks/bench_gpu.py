@@ -21,9 +21,12 @@ it (benchmarks/results/accelerator_<device>.json; --output to choose).
 
 Each part runs as its own process under --part_timeout_s (--loop_timeout_s for the loop; a part that does not
 finish is reported so and the rest still run); the device's bandwidth and peak come from DEVICES by its kind
-(--hbm_gbps / --peak_tflops override). Prints and writes, asserts nothing.
+(--hbm_gbps / --peak_tflops override). The JSON is written after every part; --resume keeps the parts it holds
+without an error and runs the rest, so a command stopped at a machine's time limit goes on where it stopped.
+Prints and writes, asserts nothing.
 
-  .venv/bin/python benchmarks/bench_gpu.py [--presets qwen3-0.6b,qwen3-1.7b] [--output PATH]
+  .venv/bin/python benchmarks/bench_gpu.py [--presets qwen3-0.6b,qwen3-1.7b] [--parts sampler,learner,...]
+      [--output PATH] [--resume]
 """
 
 from __future__ import annotations
@@ -110,16 +113,25 @@ def loop_rows(stdout: str) -> dict[str, dict[str, float]]:
   return rows
 
 
+PARTS = ("sampler", "learner", "attention", "loop")
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--presets", default="qwen3-0.6b,qwen3-1.7b")
+  parser.add_argument("--parts", default=",".join(PARTS), help=f"which of {PARTS} to run")
   parser.add_argument("--hbm_gbps", type=float, default=0.0)
   parser.add_argument("--peak_tflops", type=float, default=0.0)
   parser.add_argument("--part_timeout_s", type=float, default=150.0)
   parser.add_argument("--loop_config", default="configs/gigpo_twx.py")
   parser.add_argument("--loop_timeout_s", type=float, default=240.0)
   parser.add_argument("--output", default="")
+  parser.add_argument("--resume", action="store_true",
+                      help="keep the parts --output already holds without an error, run the others")
   args = parser.parse_args()
+  parts = args.parts.split(",")
+  if set(parts) - set(PARTS):
+    parser.error(f"--parts: unknown {sorted(set(parts) - set(PARTS))}; choose among {PARTS}")
 
   from explore_jax.models.config import PRESETS
 
@@ -127,35 +139,59 @@ def main() -> None:
   hbm, peak = device_figures(kind)
   hbm, peak = args.hbm_gbps or hbm, args.peak_tflops or peak
   print(f"device: {kind}; HBM {hbm:.0f} GB/s, peak bf16 {peak:.0f} TFLOP/s (0: unknown kind, pass them)")
+  path = args.output or os.path.join(REPO, "benchmarks", "results",
+                                     f"accelerator_{re.sub(r'[^a-z0-9]+', '_', kind.lower()).strip('_')}.json")
   result: dict = {"device": kind, "hbm_gbps": hbm, "peak_bf16_tflops": peak, "learner_shape": LEARNER_SHAPE,
                   "presets": {}}
-  for name in args.presets.split(","):
-    entry = result["presets"][name] = {"params": PRESETS[name].num_params()}
-    stdout, seconds, error = run_part(
-        ["benchmarks/sampler.py", f"--preset={name}", "--dtype=bfloat16", "--batch=1,64", "--skip_torch",
-         "--skip_no_cache", f"--hbm_gbps={hbm}"], args.part_timeout_s)
-    entry["sampler"] = {"batches": sampler_rows(stdout), "seconds": seconds, "error": error}
-    print(f"[{name}] sampler ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
-    stdout, seconds, error = run_part(
-        ["benchmarks/learner.py", f"--preset={name}", "--dtype=bfloat16",
-         *(f"--{k}={v}" for k, v in LEARNER_SHAPE.items())], args.part_timeout_s)
-    entry["learner"] = {**learner_row(stdout, entry["params"], peak), "seconds": seconds, "error": error}
-    print(f"[{name}] learner ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+  if args.resume and os.path.exists(path):
+    with open(path) as f:
+      kept = json.load(f)
+    if kept.get("device") == kind:
+      result = kept
+      for entry in result["presets"].values():  # JSON made the batch sizes strings
+        if "sampler" in entry:
+          entry["sampler"]["batches"] = {int(b): row for b, row in entry["sampler"]["batches"].items()}
+      print(f"resuming {os.path.relpath(path, REPO)}: its parts without an error are kept")
 
-  stdout, seconds, error = run_part(["benchmarks/decode_attention.py", "--batch=64", "--cache=4096", "--heads=16",
-                                     "--kv_heads=8", "--head_dim=128", "--dtype=bfloat16"], args.part_timeout_s)
-  result["decode_attention"] = {"impls": attention_rows(stdout), "seconds": seconds, "error": error}
-  print(f"[attention] ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
-  stdout, seconds, error = run_part(["benchmarks/loop_sampler.py", f"--config={args.loop_config}", "--iterations=1",
-                                     "--modes=fixed,continuous"], args.loop_timeout_s)
-  result["loop"] = {"config": args.loop_config, "modes": loop_rows(stdout), "seconds": seconds, "error": error}
-  print(f"[loop] {args.loop_config} ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+  def save() -> None:  # after every part, so that a run stopped part-way keeps what it measured
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.tmp", "w") as f:
+      json.dump(result, f, indent=1)
+    os.replace(f"{path}.tmp", path)
+
+  def run(part: str, owner: dict, key: str, label: str, script: list[str], timeout_s: float, rows) -> None:
+    if part not in parts:
+      return
+    if owner.get(key) and not owner[key].get("error"):
+      print(f"{label}: kept", flush=True)
+      return
+    stdout, seconds, error = run_part(script, timeout_s)
+    owner[key] = {**rows(stdout), "seconds": seconds, "error": error}
+    print(f"{label} ({seconds:.0f} s{'; ' + error if error else ''})", flush=True)
+    save()
+
+  for name in args.presets.split(","):
+    entry = result["presets"].setdefault(name, {"params": PRESETS[name].num_params()})
+    run("sampler", entry, "sampler", f"[{name}] sampler",
+        ["benchmarks/sampler.py", f"--preset={name}", "--dtype=bfloat16", "--batch=1,64", "--skip_torch",
+         "--skip_no_cache", f"--hbm_gbps={hbm}"], args.part_timeout_s,
+        lambda out: {"batches": sampler_rows(out)})
+    run("learner", entry, "learner", f"[{name}] learner",
+        ["benchmarks/learner.py", f"--preset={name}", "--dtype=bfloat16",
+         *(f"--{k}={v}" for k, v in LEARNER_SHAPE.items())], args.part_timeout_s,
+        lambda out: learner_row(out, entry["params"], peak))
+  run("attention", result, "decode_attention", "[attention]",
+      ["benchmarks/decode_attention.py", "--batch=64", "--cache=4096", "--heads=16", "--kv_heads=8",
+       "--head_dim=128", "--dtype=bfloat16"], args.part_timeout_s, lambda out: {"impls": attention_rows(out)})
+  run("loop", result, "loop", f"[loop] {args.loop_config}",
+      ["benchmarks/loop_sampler.py", f"--config={args.loop_config}", "--iterations=1", "--modes=fixed,continuous"],
+      args.loop_timeout_s, lambda out: {"config": args.loop_config, "modes": loop_rows(out)})
 
   print("\n| shape (bf16) | decode tok/s, batch 1 | roofline, batch 1 | decode tok/s, batch 64 | roofline, batch 64 "
         "| learner step ms | learner MFU |")
   print("|---|---|---|---|---|---|---|")
   for name, entry in result["presets"].items():
-    batches, learner = entry["sampler"]["batches"], entry["learner"]
+    batches, learner = entry.get("sampler", {}).get("batches", {}), entry.get("learner", {})
     cell = lambda d, k, f: f.format(d[k]) if k in d else "—"  # noqa: E731
     print(f"| {name} | {cell(batches.get(1, {}), 'decode_tokens_per_s', '{:,.0f}')} | "
           f"{cell(batches.get(1, {}), 'roofline_fraction', '{:.0%}')} | "
@@ -163,19 +199,16 @@ def main() -> None:
           f"{cell(batches.get(64, {}), 'roofline_fraction', '{:.0%}')} | {cell(learner, 'step_ms', '{:.1f}')} | "
           f"{cell(learner, 'mfu', '{:.1%}')} |")
   print("\n| decode attention (B 64, cache 4096, 16/8 heads of 128, bf16) | ms | vs dense |\n|---|---|---|")
-  for impl, row in result["decode_attention"]["impls"].items():
+  for impl, row in result.get("decode_attention", {}).get("impls", {}).items():
     print(f"| {impl} | {row['ms']:.3f} | {row['vs_dense']:.2f}x |")
-  modes = result["loop"]["modes"]
-  print("\n| loop (" + args.loop_config + ") | warm new tok/s | alone / loop |\n|---|---|---|")
+  modes = result.get("loop", {}).get("modes", {})
+  loop_config = result.get("loop", {}).get("config", args.loop_config)
+  print(f"\n| loop ({loop_config}) | warm new tok/s | alone / loop |\n|---|---|---|")
   for mode in ("fixed", "continuous"):
     row = modes.get(mode, {})
     warm, ratio = row.get("warm_tokens_per_s", float("nan")), row.get("alone_over_loop", float("nan"))
     print(f"| {mode} | {warm:,.0f} | {ratio:.2f}x |")
-  path = args.output or os.path.join(REPO, "benchmarks", "results",
-                                     f"accelerator_{re.sub(r'[^a-z0-9]+', '_', kind.lower()).strip('_')}.json")
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(result, f, indent=1)
+  save()
   print(f"written: {os.path.relpath(path, REPO)}")
 
 

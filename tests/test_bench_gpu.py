@@ -1,8 +1,10 @@
 """benchmarks/bench_gpu.py reads its parts' printed figures: the sampler's decode and roofline lines, the learner's
-step time into MFU, and the device's data-sheet figures by kind."""
+step time into MFU, and the device's data-sheet figures by kind; a stopped run resumes with the parts it lacks."""
 
 import importlib.util
+import json
 import os
+import sys
 
 import pytest
 
@@ -60,3 +62,31 @@ def test_the_attention_and_loop_lines_become_their_rows():
   assert bench_gpu.loop_rows(loop) == {"fixed": {"warm_tokens_per_s": 880.0, "alone_over_loop": 3.86},
                                        "continuous": {"warm_tokens_per_s": 2314.0, "alone_over_loop": 1.47}}
   assert bench_gpu.loop_rows("") == {} and bench_gpu.attention_rows("") == {}
+
+
+def test_a_resumed_run_keeps_its_finished_parts_and_runs_the_failed_ones(tmp_path, monkeypatch):
+  calls = []
+
+  def run_part(args, timeout_s):
+    calls.append(os.path.basename(args[0]))
+    if args[0].endswith("learner.py") and len(calls) < 3:  # the first run's learner fails
+      return "", 1.0, "did not finish in 1 s"
+    out = {"sampler.py": SAMPLER_OUT, "learner.py": "response-only logits: 250.0 ms per loss+grad\n"}
+    return out.get(os.path.basename(args[0]), ""), 1.0, ""
+
+  monkeypatch.setattr(bench_gpu, "run_part", run_part)
+  monkeypatch.setattr(bench_gpu, "device_kind", lambda: "NVIDIA H200")
+  output = tmp_path / "accelerator.json"
+  argv = ["bench_gpu.py", "--presets=qwen3-0.6b", "--parts=sampler,learner", f"--output={output}"]
+  monkeypatch.setattr(sys, "argv", argv)
+  bench_gpu.main()
+  first = json.loads(output.read_text())["presets"]["qwen3-0.6b"]
+  assert calls == ["sampler.py", "learner.py"] and first["learner"]["error"] and not first["sampler"]["error"]
+  monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+  bench_gpu.main()
+  assert calls == ["sampler.py", "learner.py", "learner.py"]  # the sampler's figures were kept
+  again = json.loads(output.read_text())["presets"]["qwen3-0.6b"]
+  assert again["sampler"] == first["sampler"] and again["learner"]["step_ms"] == pytest.approx(250.0)
+  monkeypatch.setattr(sys, "argv", [*argv, "--parts=sampler,gpu"])
+  with pytest.raises(SystemExit):
+    bench_gpu.main()
