@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import itertools
 import json
 import multiprocessing
 import os
@@ -36,7 +35,7 @@ import queue
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import gymnasium
 import numpy as np
@@ -160,6 +159,13 @@ class PromptTokenizer:
 
   def decode(self, tokens: Any) -> str:
     return self.tokenizer.decode([int(t) for t in tokens], skip_special_tokens=True)
+
+
+def _forms(prompt: Prompt, notes: list[dict[str, Any]]) -> Iterator[list[dict[str, str]]]:
+  """The messages of a prompt's forms (Prompt.forms), each form's notes appended to `notes` as it is tried."""
+  for messages, form_notes in prompt.forms():
+    notes.append(form_notes)
+    yield messages
 
 
 def _text_of(observation: Any) -> str:
@@ -393,12 +399,12 @@ class Actor:
       if not isinstance(prompt, Prompt):
         prompt = Prompt(prompt)
       ep.images = self.tokenizer.resize(prompt.images)
-      ep.prompt_ids, ep.truncated_tokens, form = self.tokenizer.encode_fitting(
-          itertools.chain([prompt.messages], prompt.shorter), ep.images)
+      notes: list[dict[str, Any]] = []
+      ep.prompt_ids, ep.truncated_tokens, form = self.tokenizer.encode_fitting(_forms(prompt, notes), ep.images)
       # Cut like the sampled prompt, so an update can score the response under either.
       ep.prompt_variants = {name: self.tokenizer.encode(messages, ep.images)[0]
                             for name, messages in prompt.variants.items()}
-      ep.prompt_notes = dict(prompt.notes)
+      ep.prompt_notes = dict(notes[form])
     except Exception as e:
       self._drop(ep, _error_text("the prompt hook or the tokenizer", e), env_broken=False)
       return
@@ -465,7 +471,9 @@ class Actor:
       try:
         messages = final_prompt(ep.observation, list(ep.history), ep.spec.context, ep.info)
         if messages is not None:
-          ep.prompt_ids, truncated = self.tokenizer.encode(messages)
+          final = messages if isinstance(messages, Prompt) else Prompt(messages)
+          ep.prompt_ids, truncated, form = self.tokenizer.encode_fitting(m for m, _ in final.forms())
+          ep.shortened_prompts += int(form > 0)
       except Exception as e:
         self._drop(ep, _error_text("the prompt hook's final_prompt or the tokenizer", e), env_broken=False)
         return

@@ -20,7 +20,7 @@ EpisodesCancelled, ActorFailure (before exiting on an error that belongs to no e
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -134,9 +134,17 @@ class Prompt:
   # Shorter forms of `messages`, longest first, for a prompt past the actor's max_prompt_tokens: the actor samples
   # from the first form that fits whole (counted in EpisodeResult.shortened_prompts) and cuts the last one from the
   # left only when none fits. An iterable (a generator builds the forms only when the prompt does not fit); it
-  # says what a long prompt loses first (DPEPO's parallel prompt: older observations, then older actions), where
-  # the left cut would take the system message and the task. Variants are tokenised as given.
-  shorter: Iterable[list[dict[str, str]]] = ()
+  # says what a long prompt loses first (DPEPO's parallel prompt: older observations, then older actions; EMPO2's:
+  # its lowest-ranked tips), where the left cut would take the system message and the task. A form is a message
+  # list, or a Prompt whose notes replace these when it is the one sampled (EMPO2: the tips it shows); its own
+  # variants, images and forms are not read. Variants are tokenised as given.
+  shorter: Iterable[Union[list[dict[str, str]], "Prompt"]] = ()
+
+  def forms(self) -> Iterator[tuple[list[dict[str, str]], dict[str, Any]]]:
+    """(messages, notes) of the prompt, then of each shorter form."""
+    yield self.messages, self.notes
+    for form in self.shorter:
+      yield (form.messages, form.notes) if isinstance(form, Prompt) else (form, self.notes)
 
 
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small
@@ -147,9 +155,9 @@ class Prompt:
 #   embedding_texts(...) -> list[str]: texts the learner embeds before each step's prompt is built; a
 #     non-empty list makes the actor send an EmbedRequest and call the hook with info["embeddings"] set
 #     to the answer's vectors [len(texts), E] (e.g. to retrieve the tips nearest the observation).
-#   final_prompt(...) -> chat messages or None: called once when the episode is done (history holds every
-#     step; observation and info are the final ones); messages are sampled as a final PromptRequest and
-#     the decoded answer is the episode's final_text.
+#   final_prompt(...) -> chat messages, a Prompt (its messages and shorter forms are read) or None: called once
+#     when the episode is done (history holds every step; observation and info are the final ones); the
+#     messages are sampled as a final PromptRequest and the decoded answer is the episode's final_text.
 PromptHook = Callable[[str, list[tuple[str, str]], dict[str, Any], dict[str, Any]],
                       Union[list[dict[str, str]], Prompt]]
 
@@ -165,7 +173,7 @@ class EpisodeResult:
   error: Optional[str] = None
   actor_id: int = -1
   truncated_prompts: int = 0  # prompts (the steps' and the final one) cut to fit max_prompt_tokens
-  shortened_prompts: int = 0  # step prompts sampled in one of the hook's shorter forms (Prompt.shorter)
+  shortened_prompts: int = 0  # prompts (the steps' and the final one) sampled in a shorter form (Prompt.shorter)
   final_text: str = ""        # the decoded answer to the hook's final_prompt ("" when it asked none)
   final_response: Optional[Response] = None  # that answer as the policy sampled it
   final_observation: str = ""  # the text of the observation the episode ended on (what a final prompt sees)

@@ -31,6 +31,7 @@ are checkpointed: tips in the JSON state, keys and returns in the orbax array st
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Optional
 
 import numpy as np
@@ -87,6 +88,10 @@ def add_config(c: Any) -> Any:
   e.state_memory_size = 1000     # distinct states kept per task for the novelty reward
   e.tip_prompt = TIP_PROMPT
   e.memory_header = MEMORY_HEADER
+  # Past rollout.max_prompt_tokens, a memory-augmented step drops its lowest-ranked tips and a tip prompt the middle
+  # of its episode (TipPrompt), so that neither loses its observation or task to the actor's left cut; False cuts
+  # from the left as the first EMPO2 protocol runs did (configs/protocols/empo2.py, round 0).
+  e.fit_prompts = True
   return c
 
 
@@ -127,6 +132,7 @@ class TipPrompt:
   retrieve_threshold: float = 0.5
   top_k: int = 10
   query: str = "state"
+  fit: bool = True  # shorter forms past the budget (fewer tips; a tip prompt without the episode's middle)
 
   def __post_init__(self):
     clashes = [name for name in ("embedding_texts", "final_prompt") if hasattr(self.inner, name)]
@@ -155,22 +161,38 @@ class TipPrompt:
       order = retrieve(memory["keys"], memory["returns"], np.asarray(info["embeddings"])[0],
                        threshold=self.retrieve_threshold, k=self.top_k)
       shown = [memory["tips"][i] for i in order]
-    def with_tips(messages):
-      if not shown:
-        return messages
-      last = messages[-1]
-      return messages[:-1] + [{**last, "content": join_text(last["content"], tip_block(shown, self.header))}]
 
-    # The inner prompt's shorter forms keep the tips: they are what a memory-augmented step is for.
-    return Prompt(with_tips(messages), variants={**inner.variants, NO_TIPS: messages}, images=inner.images,
-                  notes={**inner.notes, "tips": len(shown)}, shorter=(with_tips(m) for m in inner.shorter))
+    def forms():
+      # Past the budget the inner prompt's shorter forms come first, with every tip; then, on the shortest of them,
+      # the tips go one at a time, lowest ranked first: a step never loses its observation to its tips.
+      last = messages
+      for form, _ in itertools.islice(inner.forms(), 1, None):
+        last = form
+        yield Prompt(self.with_tips(form, shown), notes={**inner.notes, "tips": len(shown)})
+      for k in range(len(shown) - 1, -1, -1):
+        yield Prompt(self.with_tips(last, shown[:k]), notes={**inner.notes, "tips": k})
 
-  def final_prompt(self, observation, history, context, info) -> Optional[list[dict[str, str]]]:
-    """The whole episode as a chat, then the final observation and the tip-generation prompt."""
+    return Prompt(self.with_tips(messages, shown), variants={**inner.variants, NO_TIPS: messages},
+                  images=inner.images, notes={**inner.notes, "tips": len(shown)}, shorter=forms() if self.fit else ())
+
+  def with_tips(self, messages: list[dict[str, str]], tips: list[str]) -> list[dict[str, str]]:
+    """`messages` with `tips` (best first) after the last message's text, or as they are when there are none."""
+    if not tips:
+      return messages
+    last = messages[-1]
+    return messages[:-1] + [{**last, "content": join_text(last["content"], tip_block(tips, self.header))}]
+
+  def final_prompt(self, observation, history, context, info) -> Optional[Prompt]:
+    """The whole episode as a chat, then the final observation and the tip-generation prompt. Past the budget
+    the middle of the episode goes first, oldest first: its first step (where it started) and its last steps
+    stay, then only the final observation is left."""
     if not context.get("tip"):
       return None
-    return self.episode_chat(observation, history) + [
-        {"role": "user", "content": join_text(observation_text(observation), self.tip_prompt)}]
+    final = {"role": "user", "content": join_text(observation_text(observation), self.tip_prompt)}
+    chat = lambda steps: self.episode_chat(observation, steps) + [final]  # noqa: E731
+    n = len(history)
+    shorter = itertools.chain((chat(history[:1] + history[n - k:]) for k in range(n - 2, -1, -1)), [chat([])])
+    return Prompt(chat(history), shorter=shorter if history and self.fit else ())
 
   def episode_chat(self, observation, history) -> list[dict[str, str]]:
     system = getattr(self.inner, "system", "")
@@ -233,7 +255,8 @@ class EMPO2(Method):
   def wrap_prompt_hook(self, hook: Any) -> TipPrompt:
     e = self.config.empo2
     return TipPrompt(inner=hook, tip_prompt=e.tip_prompt, header=e.memory_header,
-                     retrieve_threshold=float(e.retrieve_threshold), top_k=int(e.top_k), query=e.query)
+                     retrieve_threshold=float(e.retrieve_threshold), top_k=int(e.top_k), query=e.query,
+                     fit=bool(e.fit_prompts))
 
   def episode_context(self, spec: EpisodeSpec, rng: np.random.Generator) -> dict[str, Any]:
     e = self.config.empo2

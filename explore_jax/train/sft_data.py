@@ -12,6 +12,7 @@ paths relative to the file (write_demonstrations writes them into `<file>.images
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
 import queue
@@ -118,7 +119,7 @@ def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[
   budget, SFT trains on the form an actor would sample from (tokenize_demos)."""
   if not isinstance(prompt, Prompt):
     prompt = Prompt(prompt)
-  shorter = [list(messages) for messages in prompt.shorter]
+  shorter = [list(messages) for messages, _ in itertools.islice(prompt.forms(), 1, None)]
   return {"messages": prompt.messages, "response": response,
           **({"shorter": shorter} if shorter else {}),
           **({"images": [np.asarray(image) for image in prompt.images]} if prompt.images else {})}

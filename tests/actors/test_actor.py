@@ -152,8 +152,9 @@ def test_a_long_prompt_keeps_its_last_tokens(tokenizer):
 def _long_then_short(observation, history, context, info):
   """A prompt whose full form is long; its shorter forms drop the padding, then the observation's tail."""
   text = str(observation)
-  return Prompt([{"role": "user", "content": "pad " * 200 + text}],
-                shorter=iter([[{"role": "user", "content": "pad " * 100 + text}], [{"role": "user", "content": text}]]))
+  return Prompt([{"role": "user", "content": "pad " * 200 + text}], notes={"form": 0},
+                shorter=iter([Prompt([{"role": "user", "content": "pad " * 100 + text}], notes={"form": 1}),
+                              [{"role": "user", "content": text}]]))
 
 
 def test_a_long_prompt_is_sampled_in_its_first_shorter_form_that_fits(tokenizer):
@@ -167,6 +168,10 @@ def test_a_long_prompt_is_sampled_in_its_first_shorter_form_that_fits(tokenizer)
   result = play(actor, sent, tokenizer, [], started=[s])[4]
   assert result.shortened_prompts == len(result.steps) and result.truncated_prompts == 0
   assert all(r.truncated_tokens == 0 and len(r.prompt_ids) <= len(forms[0]) for r in result.steps)
+  # A form that is a Prompt brings its notes; a message list keeps the prompt's.
+  assert result.steps[0].prompt_notes == {"form": 1}
+  assert [r.prompt_notes for r in result.steps] == [{"form": 1 if len(r.prompt_ids) >= 100 else 0}  # 100 pads
+                                                    for r in result.steps]
 
 
 def test_without_a_chat_template_the_contents_are_joined(tokenizer):

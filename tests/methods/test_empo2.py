@@ -79,23 +79,36 @@ def test_a_memory_augmented_step_shows_the_retrieved_tips_and_keeps_the_prompt_w
   # A tip mode on an empty memory: nothing retrieved, the two prompts equal.
   empty = hook("You are in the hall.", [], {"mode": ON_POLICY, "tip": True}, {})
   assert empty.messages == plain and empty.notes == {"tips": 0}
-  # Past the budget the inner prompt's shorter forms (here: without the earlier step) keep the tips.
+  # Past the budget the inner prompt's shorter forms (here: without the earlier step) keep the tips; then the tips
+  # go, lowest ranked first, and the observation stays.
   with_history = dataclasses.replace(hook, inner=ObservationPrompt(system="Act.", history_steps=1))
   prompt = with_history("You are in the hall.", [("At the door.", "go in")], context, {"embeddings": unit(1, 0)[None]})
-  (shorter,) = list(prompt.shorter)
-  assert len(prompt.messages) == 4 and shorter == [prompt.messages[0], prompt.messages[-1]]
-  assert MEMORY_HEADER in shorter[-1]["content"]
+  forms = list(prompt.shorter)
+  assert len(prompt.messages) == 4 and [f.notes for f in forms] == [{"tips": 2}, {"tips": 1}, {"tips": 0}]
+  assert all(f.messages[0] == prompt.messages[0] and len(f.messages) == 2 for f in forms)
+  assert forms[0].messages[-1] == prompt.messages[-1]
+  assert forms[1].messages[-1]["content"] == ("You are in the hall.\n" + MEMORY_HEADER +
+                                              "\n<tip>the key is in the kitchen</tip>")
+  assert forms[2].messages[-1] == {"role": "user", "content": "You are in the hall."}
+  # fit=False: no shorter forms (the actor cuts from the left, as the first protocol runs did).
+  unfit = dataclasses.replace(with_history, fit=False)
+  assert list(unfit("You are in the hall.", [("At the door.", "go in")], context, {"embeddings": unit(1, 0)[None]})
+              .shorter) == []
 
 
 def test_the_tip_prompt_follows_the_whole_episode_and_evaluation_asks_for_none():
   hook = TipPrompt(inner=ObservationPrompt(system="Act."))
-  history = [("Hall. Exits: north.", "go north"), ("Kitchen. A coin.", "take coin")]
-  messages = hook.final_prompt("You took the coin.", history, {"tip": True}, {})
-  assert messages == [{"role": "system", "content": "Act."},
-                      {"role": "user", "content": "Hall. Exits: north."}, {"role": "assistant", "content": "go north"},
-                      {"role": "user", "content": "Kitchen. A coin."}, {"role": "assistant", "content": "take coin"},
-                      {"role": "user", "content": "You took the coin.\n" + TIP_PROMPT}]
+  history = [("Hall. Exits: north.", "go north"), ("Corridor.", "go east"), ("Kitchen. A coin.", "take coin")]
+  prompt = hook.final_prompt("You took the coin.", history, {"tip": True}, {})
+  system = {"role": "system", "content": "Act."}
+  final = {"role": "user", "content": "You took the coin.\n" + TIP_PROMPT}
+  turns = [[{"role": "user", "content": o}, {"role": "assistant", "content": a}] for o, a in history]
+  assert prompt.messages == [system, *turns[0], *turns[1], *turns[2], final]
+  # Past the budget the middle of the episode goes first; its first step stays longest.
+  assert list(prompt.shorter) == [[system, *turns[0], *turns[2], final], [system, *turns[0], final], [system, final]]
   assert hook.final_prompt("You took the coin.", history, {}, {}) is None
+  assert list(dataclasses.replace(hook, fit=False).final_prompt("You took the coin.", history, {"tip": True}, {})
+              .shorter) == []
   tip = hook.oracle_final_text(["Task: find the coin.\nHall.", "Task: find the coin.\nKitchen."],
                                ["go north", "take coin"], "Task: find the coin.\nYou took the coin. Well done.", True)
   assert tip == "I did go north; take coin; then I saw: You took the coin; the task is complete."
