@@ -17,8 +17,10 @@ The `:small` arms (SmolLM2, which writes its tips zero-shot) are planned for a d
 Recipe round 1, after the four arms ran: at this budget (384 prompt tokens) every tip prompt and most
 memory-augmented step prompts were longer than the budget and were cut from the left, so the tips were written
 without the task and the steps that showed tips lost their observation to them (docs/results.md, "EMPO²"). The two
-EMPO² arms again with `empo2.fit_prompts` (the default since): such a prompt drops its lowest-ranked tips, and a tip
-prompt the middle of its episode, instead. GRPO's and GiGPO's prompts fit as they were, so their runs stand; the
+EMPO² arms again, with room for the tips (768 prompt tokens: up to 10 tips of ~50 tokens beside a ~200-token state)
+and `empo2.fit_prompts` (the default since) for what is longer still: such a prompt drops its lowest-ranked tips,
+and a tip prompt the middle of its episode, instead of its beginning. GRPO's and GiGPO's prompts fitted 384 tokens
+whole (no prompt of theirs was cut), so a larger budget would change only their padding, and their runs stand; the
 round-0 arms keep what they ran (fit_prompts=False).
 
   make protocol PROTOCOL=configs/protocols/empo2.py SWEEP_ARGS="--only=empo2_fit,empo2_no_memory_fit"
@@ -36,10 +38,11 @@ ARMS = (("empo2", "configs/empo2_twx.py", (*COMMON, ROUND_0)),
         ("grpo", "configs/grpo_twx.py", COMMON),
         ("gigpo", "configs/gigpo_twx.py", COMMON),
         ("empo2_no_memory", "configs/empo2_twx.py", (*COMMON, ROUND_0, NO_MEMORY)))
+ROOM = "--config.rollout.max_prompt_tokens=768"
 ARMS += (("empo2_small", "configs/empo2_twx.py:small", COMMON),  # not run yet: the current recipe
          ("grpo_small", "configs/grpo_twx.py:small", COMMON),
-         ("empo2_fit", "configs/empo2_twx.py", COMMON),
-         ("empo2_no_memory_fit", "configs/empo2_twx.py", (*COMMON, NO_MEMORY)))
+         ("empo2_fit", "configs/empo2_twx.py", (*COMMON, ROOM)),
+         ("empo2_no_memory_fit", "configs/empo2_twx.py", (*COMMON, ROOM, NO_MEMORY)))
 
 
 def get_protocol() -> dict:

@@ -241,6 +241,7 @@ def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
   round_0 = [line for line in lines if "/empo2/ws" in line or "/empo2_no_memory/ws" in line]
   assert len(round_0) == 6 and all("--config.empo2.fit_prompts=False" in line for line in round_0)
   assert not any("fit_prompts" in line for line in lines if line not in round_0)
+  assert all("--config.rollout.max_prompt_tokens=768" in line for line in lines if "_fit/ws" in line)
 
 
 def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():

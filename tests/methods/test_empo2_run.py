@@ -19,7 +19,8 @@ RUN = ("--config=configs/empo2_twx.py", "--config.train.num_iterations=2", "--co
        "--config.sft.oracle_episodes=8", "--config.rollout.task_pool=2", "--config.rollout.num_tasks=2",
        "--config.rollout.group_size=4", "--config.rollout.num_actors=1", "--config.rollout.envs_per_actor=8",
        "--config.eval.every=0", "--config.eval.passk_samples=0", "--config.checkpoint.every=1",
-       "--config.empo2.p_memory_free=0.25")  # most rollouts memory-augmented, so the second retrieves tips
+       "--config.empo2.p_memory_free=0.25",  # most rollouts memory-augmented, so the second retrieves tips
+       "--config.rollout.final_max_new_tokens=24")  # tips short enough that some fit the prompt budget beside the state
 TIMING = ("time_", "throughput/", "sample_tokens_per_s", "sample_prompt_tokens_per_s")
 
 
