@@ -17,7 +17,7 @@ The `:small` arms (SmolLM2, which writes its tips zero-shot) are planned for a d
 Recipe round 1, after the four arms ran: at this budget (384 prompt tokens) every tip prompt and most
 memory-augmented step prompts were longer than the budget and were cut from the left, so the tips were written
 without the task and the steps that showed tips lost their observation to them (docs/results.md, "EMPO²"). The two
-EMPO² arms again, with room for the tips (768 prompt tokens: up to 10 tips of ~50 tokens beside a ~200-token state)
+EMPO² arms again, with room for the tips (768 prompt tokens: most of 10 tips of 40-90 tokens beside the state)
 and `empo2.fit_prompts` (the default since) for what is longer still: such a prompt drops its lowest-ranked tips,
 and a tip prompt the middle of its episode, instead of its beginning. GRPO's and GiGPO's prompts fitted 384 tokens
 whole (no prompt of theirs was cut), so a larger budget would change only their padding, and their runs stand; the
