@@ -24,6 +24,17 @@ whole (no prompt of theirs was cut), so a larger budget would change only their 
 round-0 arms keep what they ran (fit_prompts=False).
 
   make protocol PROTOCOL=configs/protocols/empo2.py SWEEP_ARGS="--only=empo2_fit,empo2_no_memory_fit"
+
+Diagnostics of the entropy rise, after the first round-1 runs: update/entropy rose from ~0.25 to 1.2-1.5 in both
+EMPO² arms, with memory and without, and stayed at 0.1-0.2 under GRPO and GiGPO; training success fell with it.
+What the two EMPO² arms share and GRPO lacks is the novelty reward and the low-probability mask. The novelty
+reward is small (0.01/n a step) but never equal across a group, so a group whose rollouts all succeed or all
+fail, which GRPO leaves without a gradient, gets unit-scale advantages from novelty alone after the std
+normalisation. Each arm drops one of the two from empo2_fit, on its first warm start only (the same policy as
+empo2_fit ws0): these are diagnostics, not claims. Fixed before running: the endpoint is update/entropy, mean of
+the last 5 iterations, against empo2_fit ws0's 1.12; held-out pass@1 beside it.
+
+  make protocol PROTOCOL=configs/protocols/empo2.py SWEEP_ARGS="--only=empo2_fit_no_novelty,empo2_fit_no_mask --max_runs=2"
 """
 
 from configs import protocols
@@ -42,7 +53,9 @@ ROOM = "--config.rollout.max_prompt_tokens=768"
 ARMS += (("empo2_small", "configs/empo2_twx.py:small", COMMON),  # not run yet: the current recipe
          ("grpo_small", "configs/grpo_twx.py:small", COMMON),
          ("empo2_fit", "configs/empo2_twx.py", (*COMMON, ROOM)),
-         ("empo2_no_memory_fit", "configs/empo2_twx.py", (*COMMON, ROOM, NO_MEMORY)))
+         ("empo2_no_memory_fit", "configs/empo2_twx.py", (*COMMON, ROOM, NO_MEMORY)),
+         ("empo2_fit_no_novelty", "configs/empo2_twx.py", (*COMMON, ROOM, "--config.empo2.novelty=off")),
+         ("empo2_fit_no_mask", "configs/empo2_twx.py", (*COMMON, ROOM, "--config.rl.loss.low_prob_mask=none")))
 
 
 def get_protocol() -> dict:
