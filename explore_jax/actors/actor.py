@@ -42,7 +42,7 @@ import numpy as np
 
 from explore_jax.actors.protocol import (STOP, ActorFailure, ActorHello, CancelEpisodes, EmbedRequest,
                                          Embeddings, EpisodeResult, EpisodesCancelled, EpisodeSpec, Prompt,
-                                         PromptHook, PromptRequest, Response, StepRecord)
+                                         PromptHook, PromptRequest, Response, StepRecord, as_prompt)
 from explore_jax.envs.base import state_key as observation_key
 from explore_jax.images import IMAGE, ImageLayout
 
@@ -395,9 +395,7 @@ class Actor:
 
   def _prompt(self, ep: _Episode, info: dict[str, Any]) -> None:
     try:
-      prompt = self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, info)
-      if not isinstance(prompt, Prompt):
-        prompt = Prompt(prompt)
+      prompt = as_prompt(self.config.prompt_hook(ep.observation, list(ep.history), ep.spec.context, info))
       ep.images = self.tokenizer.resize(prompt.images)
       notes: list[dict[str, Any]] = []
       ep.prompt_ids, ep.truncated_tokens, form = self.tokenizer.encode_fitting(_forms(prompt, notes), ep.images)
@@ -471,7 +469,7 @@ class Actor:
       try:
         messages = final_prompt(ep.observation, list(ep.history), ep.spec.context, ep.info)
         if messages is not None:
-          final = messages if isinstance(messages, Prompt) else Prompt(messages)
+          final = as_prompt(messages)
           ep.prompt_ids, truncated, form = self.tokenizer.encode_fitting(m for m, _ in final.forms())
           ep.shortened_prompts += int(form > 0)
       except Exception as e:

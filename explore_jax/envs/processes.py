@@ -12,6 +12,9 @@ The GUI worlds (miniwob_browser.py's Chromium, desktop/'s X session) start their
   caller's `cleanup` snippet (sh, with the folder as $0) and removes the folder. `stop()` does the same itself
   (killing the group, waiting until its last member has exited), then kills the remover: a remover only ever
   works after this process died first.
+- `PipedChild` is the other kind: one program on pipes that leaves when its stdin closes (ALFWorld's game process,
+  a Java world's JVM), so it cannot outlive this process either. It keeps what both owners need: the process, how
+  many were started, the last lines of its stderr, and a finalizer that stops it once.
 - `pid_alive` and `group_alive` treat a zombie as gone: it runs nothing and holds no files, and only its parent
   (a guardian, or whatever reaps orphans here) can reap it.
 
@@ -20,13 +23,15 @@ No jax, no selenium here: actors import this.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from typing import Any, Mapping, Sequence
+import weakref
+from typing import Any, Callable, Mapping, Sequence
 
 _STOP_TIMEOUT_S = 5.0
 # The remover: waits on the guardian's pipe (so it wakes when this process dies, however it dies), then for the
@@ -194,3 +199,68 @@ def stop(guarded: Guarded | None, closing: Any = None) -> None:
       pass
   if guarded is not None:
     guarded.stop()
+
+
+def end_on_eof(process: subprocess.Popen) -> None:
+  """Stop a child that leaves when its stdin closes: close its stdin, and kill it if it has not gone in 5 s."""
+  if process.poll() is None:
+    try:
+      process.stdin.close()
+      process.wait(timeout=_STOP_TIMEOUT_S)
+    except Exception:
+      process.kill()
+      process.wait()
+
+
+class PipedChild:
+  """An environment's child program on pipes, restarted by its owner after a crash (see the module docstring).
+
+  A subclass's start() calls close() first, launches the program, then `_own(process, stop, *args)`: close(), or
+  the owner's garbage collection, runs stop(*args) exactly once.
+
+  Args:
+    name: the owner's name in error messages.
+    stderr_lines: how many of the program's last stderr lines are kept for them.
+  """
+
+  def __init__(self, name: str, stderr_lines: int = 20):
+    self.name = name
+    self.starts = 0  # programs started so far, restarts included
+    self.process: subprocess.Popen | None = None
+    self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
+    self._finalizer: weakref.finalize | None = None
+
+  @property
+  def alive(self) -> bool:
+    return self.process is not None and self.process.poll() is None
+
+  @property
+  def ready(self) -> bool:
+    """Whether calls can go to the program without a start() first."""
+    return self.alive
+
+  @property
+  def pid(self) -> int | None:
+    return None if self.process is None else self.process.pid
+
+  def start(self) -> None:
+    raise NotImplementedError
+
+  def ensure_running(self) -> bool:
+    """Start the program unless it is ready; True when a new one was started."""
+    if self.ready:
+      return False
+    self.start()
+    return True
+
+  def _own(self, process: subprocess.Popen, stop: Callable[..., None], *args: Any) -> None:
+    self.process = process
+    self._finalizer = weakref.finalize(self, stop, *args)
+    self.starts += 1
+
+  def close(self) -> None:
+    """Stop the program (idempotent)."""
+    if self._finalizer is not None:
+      self._finalizer()  # runs stop at most once
+    self._finalizer = None
+    self.process = None

@@ -78,12 +78,11 @@ class ObservationPrompt:
     if not shown:
       return Prompt(messages, images=images) if images else messages
     # Past the prompt budget, the oldest shown steps go first (the system message and the task stay).
-    shorter = (self.chat(observation, history, shown[len(shown) - k:] if k else [], context)
-               for k in range(len(shown) - 1, -1, -1))
+    shorter = (self.chat(observation, history, shown[len(shown) - k:], context) for k in range(len(shown) - 1, -1, -1))
     return Prompt(messages, images=images, shorter=shorter)
 
   def chat(self, observation: Any, history: list[tuple[Any, str]], shown: list[tuple[Any, str]],
-               context: dict[str, Any]) -> list[dict[str, str]]:
+           context: dict[str, Any]) -> list[dict[str, str]]:
     """The chat: the system message, the `shown` earlier steps as turns, then the observation (a GUI world's
     screenshot marker first), the last actions of `history` and the instruction."""
     messages = [{"role": "system", "content": self.system}] if self.system else []

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from explore_jax.actors.protocol import EpisodeResult, Prompt
+from explore_jax.actors.protocol import EpisodeResult, as_prompt
 from explore_jax.envs.base import ACTIONS_LINE, state_key
 from explore_jax.methods import grpo
 from explore_jax.methods.base import STEP_WEIGHT_FIELD, Method, ObservationPrompt, register_method
@@ -100,12 +100,11 @@ class ParallelPrompt:
   admissible: bool = True  # list each copy's admissible actions where its observation does not
 
   def __call__(self, observation, history, context, info):
-    prompt = self.inner(self.layout(info), [], context, info)
-    prompt = prompt if isinstance(prompt, Prompt) else Prompt(prompt)
+    prompt = as_prompt(self.inner(self.layout(info), [], context, info))
     steps = max((len(actions) - 1 for actions in info["histories"]), default=0)  # earlier steps of a copy
     observed = steps if self.history_steps < 0 else min(self.history_steps, steps)
     forms = [(o, steps) for o in range(observed - 1, -1, -1)] + [(0, n) for n in range(steps - 1, -1, -1)]
-    shorter = (_messages(self.inner(self.layout(info, o, n), [], context, info)) for o, n in forms)
+    shorter = (as_prompt(self.inner(self.layout(info, o, n), [], context, info)).messages for o, n in forms)
     return dataclasses.replace(prompt, shorter=shorter)
 
   def layout(self, info: dict[str, Any], observed: int | None = None, listed: int = -1) -> str:
@@ -146,10 +145,6 @@ class ParallelPrompt:
       lines.append(block)
     lines.append(f"You can explore up to {k} different environments, ranging from 1 to {k}. {RESPONSE_FORMAT}")
     return "\n".join(lines)
-
-
-def _messages(prompt: Any) -> list[dict[str, str]]:
-  return prompt.messages if isinstance(prompt, Prompt) else prompt
 
 
 def diversity(results: list[EpisodeResult]) -> dict[str, float]:

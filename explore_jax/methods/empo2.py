@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt, as_prompt
 from explore_jax.methods.base import BuildContext, Method, ObservationPrompt, join_text, observation_text, \
     register_method
 from explore_jax.methods.empo2_memory import StateNovelty, TipMemory, retrieve
@@ -147,8 +147,7 @@ class TipPrompt:
     return [observation_text(observation)]
 
   def _inner(self, observation, history, context, info) -> Prompt:
-    prompt = self.inner(observation, history, context, info)
-    return prompt if isinstance(prompt, Prompt) else Prompt(prompt)
+    return as_prompt(self.inner(observation, history, context, info))
 
   def __call__(self, observation, history, context, info):
     inner = self._inner(observation, history, context, info)

@@ -22,7 +22,7 @@ import gymnasium
 import numpy as np
 
 from explore_jax.actors.actor import PromptTokenizer
-from explore_jax.actors.protocol import Prompt
+from explore_jax.actors.protocol import Prompt, as_prompt
 from explore_jax.envs import Demonstration, oracle_demonstrations, oracle_episode
 from explore_jax.images import ImageLayout
 
@@ -117,8 +117,7 @@ def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[
   """One demonstration: a prompt hook's output (a Prompt, whose images and shorter forms come along, or a message
   list) and the reply it should get, as `write_demonstrations` and `sft_request` take them. Past the prompt
   budget, SFT trains on the form an actor would sample from (tokenize_demos)."""
-  if not isinstance(prompt, Prompt):
-    prompt = Prompt(prompt)
+  prompt = as_prompt(prompt)
   shorter = [list(messages) for messages, _ in itertools.islice(prompt.forms(), 1, None)]
   return {"messages": prompt.messages, "response": response,
           **({"shorter": shorter} if shorter else {}),

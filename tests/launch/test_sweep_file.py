@@ -234,14 +234,20 @@ def _planned_arms(protocol_name, names):
 
 def test_the_empo2_protocol_plans_its_arms_over_the_same_warm_starts():
   lines = _planned_arms("empo2", ["empo2", "grpo", "gigpo", "empo2_no_memory", "empo2_small", "grpo_small",
-                                  "empo2_fit", "empo2_no_memory_fit"])
+                                  "empo2_fit", "empo2_no_memory_fit", "empo2_fit_no_novelty", "empo2_fit_no_mask"])
   assert all("--config.sft.env_kwargs.oracle=search" in line for line in lines)
   assert all("--config.empo2.p_memory_free=1.0" in line for line in lines if "/empo2_no_memory" in line)
   # Round 0's EMPO2 arms ran with the left cut; round 1's and the unrun :small arms fit their prompts.
   round_0 = [line for line in lines if "/empo2/ws" in line or "/empo2_no_memory/ws" in line]
   assert len(round_0) == 6 and all("--config.empo2.fit_prompts=False" in line for line in round_0)
   assert not any("fit_prompts" in line for line in lines if line not in round_0)
-  assert all("--config.rollout.max_prompt_tokens=768" in line for line in lines if "_fit/ws" in line)
+  assert all("--config.rollout.max_prompt_tokens=768" in line for line in lines if "/empo2_fit" in line)
+  # The diagnostics each drop one thing from empo2_fit, and only that.
+  fit = [line for line in lines if "/empo2_fit/ws" in line]
+  for arm, dropped in (("empo2_fit_no_novelty", "--config.empo2.novelty=off"),
+                       ("empo2_fit_no_mask", "--config.rl.loss.low_prob_mask=none")):
+    mine = [line for line in lines if f"/{arm}/ws" in line]
+    assert [line.replace(f"/{arm}/", "/empo2_fit/").replace(f" {dropped}", "") for line in mine] == fit
 
 
 def test_the_dpepo_protocol_plans_its_arms_over_the_same_warm_starts():

@@ -8,7 +8,6 @@ a new one (ALFWorldEnv does so on its next reset).
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import select
@@ -16,10 +15,10 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from typing import Any
 
-_STDERR_LINES = 20
+from explore_jax.envs.processes import PipedChild, end_on_eof
+
 _TIMEOUTS = {"load": 600.0, "step": 120.0, "plan": 600.0, "generate": 600.0}  # seconds per request
 
 
@@ -28,13 +27,7 @@ class ALFWorldError(RuntimeError):
 
 
 def _stop(process: subprocess.Popen) -> None:
-  if process.poll() is None:
-    try:
-      process.stdin.close()  # the process leaves when its stdin closes
-      process.wait(timeout=5)
-    except Exception:
-      process.kill()
-      process.wait()
+  end_on_eof(process)  # the process leaves when its stdin closes
   for stream in (process.stdin, process.stdout):
     try:
       stream.close()
@@ -42,7 +35,7 @@ def _stop(process: subprocess.Popen) -> None:
       pass
 
 
-class GameProcess:
+class GameProcess(PipedChild):
   """The game process (worker.py) of one environment: requests out, answers back, on pipes.
 
   Args:
@@ -51,20 +44,8 @@ class GameProcess:
   """
 
   def __init__(self, memoize: bool = True, name: str = "ALFWorld"):
+    super().__init__(name)
     self.memoize = memoize
-    self.name = name
-    self.starts = 0  # processes started so far, restarts included
-    self.process: subprocess.Popen | None = None
-    self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-    self._finalizer: weakref.finalize | None = None
-
-  @property
-  def alive(self) -> bool:
-    return self.process is not None and self.process.poll() is None
-
-  @property
-  def pid(self) -> int | None:
-    return None if self.process is None else self.process.pid
 
   def start(self) -> None:
     """Start a fresh process (stopping the current one, if any)."""
@@ -83,21 +64,12 @@ class GameProcess:
     except OSError as e:
       raise ALFWorldError(f"{self.name}: the game process did not start ({e})") from e
     threading.Thread(target=self._drain, args=(process.stderr,), daemon=True).start()
-    self.process = process
-    self._finalizer = weakref.finalize(self, _stop, process)
-    self.starts += 1
+    self._own(process, _stop, process)
 
   def _drain(self, stream: Any) -> None:
     for line in iter(stream.readline, b""):
       self._stderr.append(line.decode("utf-8", "replace").rstrip())
     stream.close()
-
-  def ensure_running(self) -> bool:
-    """Start a process unless one is running; True when a new one was started."""
-    if self.alive:
-      return False
-    self.start()
-    return True
 
   def call(self, op: str, **args: Any) -> dict[str, Any]:
     """Send a request and return its answer; any failure raises ALFWorldError."""
@@ -144,10 +116,3 @@ class GameProcess:
     tail = ("\ngame process stderr:\n" + "\n".join(lines)) if lines else ""
     return ALFWorldError(f"{self.name}: the game process died (exit code {code}) during {op}; the "
                          f"next reset() starts a new one{tail}")
-
-  def close(self) -> None:
-    """Stop the process (idempotent)."""
-    if self._finalizer is not None:
-      self._finalizer()
-    self._finalizer = None
-    self.process = None
