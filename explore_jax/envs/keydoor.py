@@ -17,9 +17,19 @@ step; the observation says why. The observation lists the admissible actions, e.
 
 With `hints=True` (the default) the observation says in which direction the key and the door lie,
 so the oracle's action is a function of the observation alone and a reactive policy can match it;
-with `hints=False` the agent must search the corridor (and the oracle, which sees the layout, is a
-privileged demonstrator). The task id (an int) fixes the whole layout; a seeded reset draws it from
-`task_range`, so equal seeds give equal episodes.
+with `hints=False` the agent must search the corridor. The task id (an int) fixes the whole layout; a
+seeded reset draws it from `task_range`, so equal seeds give equal episodes.
+
+Two oracles play the demonstrations an SFT warm start imitates (`oracle`):
+
+  planner  (default) sees the layout and walks straight to the key, then to the door. Without hints no
+           observation shows where the key is, so a policy cannot imitate its first moves: it learns the
+           moves, not when to make which.
+  search   plays what an agent that sees only the observations can: it sweeps the corridor, first towards
+           the nearer end (the left on a tie), then back to the other, takes the key where it sees it,
+           and goes to the door once it has seen it (or sweeps on until it does). Its action is a function
+           of the episode's observations so far. Its worst case is 2N + floor((N-1)/2) steps in N rooms:
+           12 in the protocols' 5 rooms, the step limit there.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from typing import Any
 
 from explore_jax.envs.base import Outcome, TextEnv, excerpt, with_actions
 
+ORACLES = ("planner", "search")
 ITEMS = ("apple", "book", "coin", "cup", "lamp", "map", "ring", "shoe")
 ACTIONS = ("go left", "go right", "take key", "open door") + tuple(f"take {item}" for item in ITEMS)
 _ACTION_SET = frozenset(ACTIONS)
@@ -43,6 +54,7 @@ class KeyDoorEnv(TextEnv):
     num_distractors: items besides the key lying in random rooms (taking them wastes a step).
     max_steps: step limit; default 2 * num_rooms + 2, two more than the oracle's worst case.
     hints: whether the observation tells the direction of the key and of the door.
+    oracle: "planner" or "search" (the module docstring): who plays `oracle_action`.
     task_range: [low, high) range from which a seeded reset draws the task id.
     render_mode: None or "ansi" (render() returns the last observation).
   """
@@ -50,7 +62,7 @@ class KeyDoorEnv(TextEnv):
   response_format = 'Reply with exactly one of the listed actions, e.g. "go right".'
 
   def __init__(self, num_rooms: int = 4, num_distractors: int = 2, max_steps: int | None = None,
-               hints: bool = True, task_range: tuple[int, int] = (0, 1_000_000),
+               hints: bool = True, task_range: tuple[int, int] = (0, 1_000_000), oracle: str = "planner",
                render_mode: str | None = None):
     if num_rooms < 2:
       raise ValueError(f"num_rooms must be at least 2, got {num_rooms}")
@@ -58,17 +70,22 @@ class KeyDoorEnv(TextEnv):
       raise ValueError(f"num_distractors must be in [0, {len(ITEMS)}], got {num_distractors}")
     if task_range[0] >= task_range[1]:
       raise ValueError(f"task_range must be a non-empty [low, high), got {task_range}")
+    if oracle not in ORACLES:
+      raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
     super().__init__(max_steps=2 * num_rooms + 2 if max_steps is None else max_steps,
                      render_mode=render_mode)
     self.num_rooms = num_rooms
     self.num_distractors = num_distractors
     self.hints = hints
+    self.oracle = oracle
     self.task_range = (int(task_range[0]), int(task_range[1]))
     self.room = 0
     self.key_room: int | None = 0  # None once the key is held
     self.door_room = 1
     self.items: list[list[str]] = []
     self.held: list[str] = []
+    self.visited: set[int] = set()  # the rooms this episode has shown (the search oracle's memory)
+    self._first_end = 0             # the end of the corridor the search sweeps towards first
 
   def _reset_task(self, options: dict[str, Any]) -> int:
     task_id = options.get("task_id")
@@ -88,6 +105,8 @@ class KeyDoorEnv(TextEnv):
     for room_items in self.items:
       room_items.sort(key=ITEMS.index)
     self.held = []
+    self.visited = {self.room}
+    self._first_end = 0 if self.room <= self.num_rooms - 1 - self.room else self.num_rooms - 1
     return task_id
 
   def raw_observation(self) -> str:
@@ -134,6 +153,7 @@ class KeyDoorEnv(TextEnv):
       if not 0 <= self.room + step < self.num_rooms:
         return Outcome(message=f"You cannot {action} from room {self.room + 1}.")
       self.room += step
+      self.visited.add(self.room)
       return Outcome()
     if action == "open door":
       if self.door_room != self.room:
@@ -160,8 +180,11 @@ class KeyDoorEnv(TextEnv):
     return f"Failure: out of steps holding the key; the door was in room {self.door_room + 1}."
 
   def oracle_action(self) -> str:
-    """An optimal next action, as the exact response text: fetch the key, then open the door."""
+    """The oracle's next action (`oracle`), as the exact response text: fetch the key, then open the door."""
     target = self.door_room if self.key_room is None else self.key_room
+    if self.oracle == "search" and target not in self.visited:
+      # Not seen yet: sweep towards the first end until it has been seen, then towards the other.
+      target = self._first_end if self._first_end not in self.visited else self.num_rooms - 1 - self._first_end
     if target == self.room:
       return "open door" if self.key_room is None else "take key"
     return "go left" if target < self.room else "go right"

@@ -58,6 +58,54 @@ def test_the_oracle_always_succeeds_within_the_step_limit(kwargs):
   assert all(a in KEYDOOR_ACTIONS for d in demos for a in d.actions)
 
 
+@pytest.mark.parametrize("kwargs", [dict(num_rooms=5, num_distractors=1, max_steps=12), dict(),
+                                    dict(num_rooms=6, num_distractors=4), dict(num_rooms=2)])
+def test_the_search_oracle_wins_every_game_without_hints_within_its_worst_case(kwargs):
+  env = KeyDoorEnv(hints=False, oracle="search", **kwargs)
+  demos = oracle_demonstrations(env, range(500))
+  assert all(d.success for d in demos)
+  n = env.num_rooms
+  worst = 2 * n + (n - 1) // 2  # to the nearer end, to the other, back to the door, take and open
+  assert max(len(d.actions) for d in demos) == worst <= env.max_steps
+  # It searches: longer on average than the planner, which walks straight to the key.
+  planner = oracle_demonstrations(KeyDoorEnv(hints=False, **kwargs), range(500))
+  assert np.mean([len(d.actions) for d in demos]) >= np.mean([len(d.actions) for d in planner])
+
+
+def test_the_search_oracle_sees_only_the_observations_and_the_planner_does_not():
+  # Two layouts that have shown the same observations so far get the same search action; the planner,
+  # which sees the layout, answers differently after the same observations (its first move goes to the key).
+  def chosen(oracle):
+    env, by_history, differ = KeyDoorEnv(num_rooms=5, num_distractors=1, hints=False, oracle=oracle), {}, 0
+    for demo in oracle_demonstrations(env, range(300)):
+      for t, action in enumerate(demo.actions):
+        seen = tuple(demo.observations[:t + 1])
+        differ += by_history.setdefault(seen, action) != action
+    return differ
+
+  assert chosen("search") == 0
+  assert chosen("planner") > 0
+
+
+def test_the_search_oracle_takes_up_from_where_another_policy_left_it():
+  # Parallel copies (envs/parallel.py) let a copy explore, then follow its own oracle again.
+  env = KeyDoorEnv(num_rooms=5, num_distractors=1, hints=False, max_steps=30, oracle="search")
+  rng = np.random.default_rng(0)
+  for seed in range(100):
+    _, info = env.reset(seed=seed)
+    for _ in range(3):
+      _, _, terminated, _, info = env.step(str(rng.choice(info["admissible_actions"])))
+    while not terminated:
+      _, _, terminated, truncated, info = env.step(env.oracle_action())
+      assert not truncated
+    assert info["success"]
+
+
+def test_an_unknown_oracle_is_refused_by_name():
+  with pytest.raises(ValueError, match="oracle"):
+    KeyDoorEnv(oracle="gold")
+
+
 def test_a_random_admissible_policy_succeeds_far_less_often_than_the_oracle():
   # Measured over 2000 seeds: 15% (4 rooms, 2 distractors, 10 steps); the oracle: 100%.
   env = KeyDoorEnv()
