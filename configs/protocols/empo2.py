@@ -38,6 +38,9 @@ the last 5 iterations, against empo2_fit ws0's 1.12; held-out pass@1 beside it.
 
 Their reading (docs/results.md, "EMPO²"): without the mask the entropy ended at 0.51, without the novelty reward at
 1.51; the rise is the mask's.
+
+Round 1's reading, 3 v 3: held-out pass@1 changed by -0.029 [-0.043, -0.016] with memory and -0.004 [-0.020, +0.012]
+without; memory − no memory -0.025 matched (p 0.25). The memory shows no gain with the tiny model's tips.
 """
 
 from configs import protocols
