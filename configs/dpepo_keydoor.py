@@ -1,7 +1,8 @@
 """DPEPO (explore_jax/methods/dpepo.py) on the built-in KeyDoor world with the tiny model, where a 2-core CPU
 affords the copies' longer prompts: the key's room is not told (hints off), so an agent must search the corridor,
-and 4 parallel copies can search it in several directions at once. A cold start on the oracle's parallel
-demonstrations (copy 1 fetches the key and opens the door, the others take other listed actions), then DPEPO.
+and 4 parallel copies can search it in several directions at once. A cold start on the searching oracle's
+parallel demonstrations (copy 1 sweeps the corridor, fetches the key and opens the door, the others take other
+listed actions; configs/keydoor_search.py), then DPEPO.
 
   python launch/train.py --config=configs/dpepo_keydoor.py --workdir=runs/dpepo_keydoor
 

@@ -15,6 +15,16 @@ seeds and RL seeds, reported by launch/compare.py per arm. Fixed before any run:
 
 The paper's claim: diversity rises and success rises, with shorter episodes. The `:small` arms (SmolLM2) are for
 a device loan.
+
+Recipe round 1, before any run had ended (round 0's first run stopped after 2 iterations, once its cost was
+known): its warm start, 60 SFT steps on the planner's demonstrations (the planner sees the layout, which no
+observation shows without hints), succeeded 0 of 64 held-in layouts at T = 0.4. A probe of the warm start alone
+(launch/eval.py --policy=warm_start --transcripts=1) showed why: on the searching oracle's demonstrations at 60
+steps every answer was well formed, yet a copy that saw the key took it 7 times in 558 (a random walk over
+"go left"/"go right"); at 240 steps it took it 144 times in 475 and won 15 of 64 layouts (pass@1 0.234, 95% of
+answers well formed). configs/keydoor_search.py now has both, for every arm of this protocol and of EAPO's; the
+planner at 240 steps was not measured, so the two changes are not separated. Prompts that fit the budget
+(ParallelPrompt's shorter forms) came with round 1 too.
 """
 
 from configs import protocols

@@ -16,6 +16,9 @@ launch/compare.py per arm. Fixed before any run:
 
 The `:small` arms (SmolLM2-135M-Instruct) and the ALFWorld arms (configs/eapo_alfworld.py against
 configs/gigpo_alfworld.py; a tiny ALFWorld warm start is ~75 min of SFT on 2 cores) are for a device loan.
+
+Before any run: the KeyDoor warm start plays the searching oracle for 240 SFT steps (configs/keydoor_search.py,
+DPEPO's recipe round 1, configs/protocols/dpepo.py), where it played the planner, which sees the layout, for 60.
 """
 
 from configs import protocols
