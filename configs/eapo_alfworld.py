@@ -8,7 +8,7 @@ verified ways back. The warm start is the searching agent's episodes answered in
   python launch/train.py --config=configs/eapo_alfworld.py:paper --config.model.checkpoint=/path/to/Qwen3-1.7B
 
 Ablations as in configs/eapo_keydoor.py: --config.eapo.alpha2=0, --config.rl.advantage=grpo, and
---config.eapo.rollback.every=0.
+--config.eapo.rollback.enabled=False (neither the cold start before RL nor the later stages).
 """
 
 from configs import textworlds

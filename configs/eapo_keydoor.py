@@ -8,7 +8,7 @@ with q_phi a copy of the tiny policy.
 Variants: `:gigpo` GiGPO on the same world with the plain prompt and answers; `small` (alone or after a comma)
 SmolLM2-135M-Instruct. Ablations are overrides: no R_explore --config.eapo.alpha2=0, plain GRPO grouping
 --config.rl.advantage=grpo --config.rl.advantage_options="{'eps': 1e-6, 'normalize_std': True}", no rollback SFT
---config.eapo.rollback.every=0.
+--config.eapo.rollback.enabled=False (neither the cold start before RL nor the later stages).
 """
 
 import ml_collections

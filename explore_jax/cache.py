@@ -22,8 +22,8 @@ def xla_root() -> str:
 
 
 def warm_start_dir(key: str) -> str:
-  """Where the SFT warm start of `key` (train/warm_start.py's warm_start_key) is cached: an orbax checkpoint
-  directory whose one committed step holds the warm-started parameters."""
+  """Where the SFT warm start of `key` (train/warm_start.py's warm_start_key, or its start_key: the warm start and
+  a method's cold start) is cached: an orbax checkpoint directory whose one committed step holds the parameters."""
   return os.path.join(root(), "sft", key)
 
 

@@ -81,8 +81,8 @@ def finished(protocol: dict, directories: list[str], exclude: frozenset = frozen
 # config.json holds them: runs whose values differ start warm start W from different SFT inputs.
 WARM_START_FIELDS = (("model", "checkpoint"), ("model", "lora"), ("sft",), ("env",), ("rollout", "max_prompt_tokens"),
                      ("rollout", "max_new_tokens"), ("system_prompt",), ("instruction",), ("history_steps",),
-                     ("action_history",))
-# ... but not how often the SFT saves its progress, which changes nothing in its result.
+                     ("action_history",), ("eapo", "rollback"))
+# ... (the last: EAPO's rollback cold start, between the warm start and RL, is cached with it) but not how often the SFT saves its progress, which changes nothing in its result.
 NOT_WARM_START_FIELDS = (("sft", "checkpoint_every"),)
 # ... and fields whose default the warm start's key leaves out (configs written before they existed lack them).
 DEFAULT_WARM_START_FIELDS = ((("sft", "micro_batch_size"), 0),)

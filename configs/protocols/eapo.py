@@ -7,9 +7,10 @@ launch/compare.py per arm. Fixed before any run:
              its warm start; beside it, from metrics.jsonl, the share of steps that revisit a state (revisit_share)
              and the size of the (state, depth) groups (step_group_size) over the iterations: the paper's measures
              of exploration collapsing under plain grouping
-  arms       eapo (eq. 10's terms, (state, depth) groups, rollback SFT every 5 iterations), eapo_no_explore
-             (alpha2 = 0), eapo_task_groups (the same step returns normalised over the task group), eapo_no_rollback,
-             gigpo (the plain prompt and answers); the EAPO arms share their warm start (the oracle in fields)
+  arms       eapo (eq. 10's terms, (state, depth) groups, rollback SFT before RL and every 5 iterations),
+             eapo_no_explore (alpha2 = 0), eapo_task_groups (the same step returns normalised over the task group),
+             eapo_no_rollback, gigpo (the plain prompt and answers); the EAPO arms share their warm start (the
+             oracle in fields)
   runs       3 warm starts x 1 seed per arm; the power this buys is stated with the results
 
   make protocol PROTOCOL=configs/protocols/eapo.py SWEEP_ARGS="--only=eapo,gigpo"
@@ -19,6 +20,9 @@ configs/gigpo_alfworld.py; a tiny ALFWorld warm start is ~75 min of SFT on 2 cor
 
 Before any run: the KeyDoor warm start plays the searching oracle for 240 SFT steps (configs/keydoor_search.py,
 DPEPO's recipe round 1, configs/protocols/dpepo.py), where it played the planner, which sees the layout, for 60.
+Also before any run, the method gained Algorithm 1's first stage, rollback SFT before RL on the oracle's episodes
+(eapo.rollback.cold_start, cached with the warm start): the eapo arms start RL from the warm start and that stage,
+eapo_no_rollback (eapo.rollback.enabled=False, neither stage) from the warm start alone.
 """
 
 from configs import protocols
@@ -30,7 +34,7 @@ CONFIG = "configs/eapo_keydoor.py"
 ARMS = (("eapo", CONFIG, ()),
         ("eapo_no_explore", CONFIG, ("--config.eapo.alpha2=0",)),
         ("eapo_task_groups", CONFIG, ("--config.rl.advantage_options.groups=task",)),
-        ("eapo_no_rollback", CONFIG, ("--config.eapo.rollback.every=0",)),
+        ("eapo_no_rollback", CONFIG, ("--config.eapo.rollback.enabled=False",)),
         ("gigpo", f"{CONFIG}:gigpo", ()))
 ARMS += (("eapo_small", f"{CONFIG}:small", ()), ("gigpo_small", f"{CONFIG}:gigpo,small", ()),
          ("eapo_alfworld", "configs/eapo_alfworld.py", ()), ("gigpo_alfworld", "configs/gigpo_alfworld.py", ()))

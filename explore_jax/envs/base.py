@@ -297,6 +297,7 @@ class Demonstration:
   final_observation: str = ""  # what the episode ended on (after the last action)
   # The info each observation came with (the reset's, then each step's): what an actor's prompt hook is given.
   infos: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+  final_info: dict[str, Any] = dataclasses.field(default_factory=dict)  # the info the last step returned
 
 
 def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
@@ -316,7 +317,7 @@ def oracle_episode(env: gymnasium.Env, *, seed: int | None = None,
     done = terminated or truncated
   return Demonstration(info["task_id"], seed, observations, actions, bool(info["success"]),
                        final_observation=observation if isinstance(observation, str) else str(observation.get("text", "")),
-                       infos=infos)
+                       infos=infos, final_info=info)
 
 
 def oracle_demonstrations(env: gymnasium.Env, seeds: Sequence[int],

@@ -29,6 +29,9 @@ One training iteration (train/loop.py) asks the method, in this order:
   sft          sft_request(...)         SFT batches on the policy's own parameters during training (EAPO's
                                         rollback, ScreenExplorer's distillation); the warm start is the
                                         same mechanism at iteration 0
+               cold_start_request(...)  SFT between the warm start and RL, on the oracle episodes the warm
+                                        start imitates (EAPO's rollback stage), cached with the warm start
+                                        under a key that adds cold_start_key()
   checkpoint   state_dict()             small JSON-able state (strategy buffers), in checkpoint metadata;
                array_state()            fixed-shape array state (memories of embeddings), in the orbax
                                         checkpoint beside the policy and the aux models
@@ -277,6 +280,17 @@ class Method:
 
   def sft_request(self, iteration: int, results: list[EpisodeResult]) -> Optional[SFTRequest]:
     """SFT to run on the policy after iteration `iteration`'s RL update (None: none)."""
+    return None
+
+  def cold_start_key(self) -> Any:
+    """What determines `cold_start_request`'s SFT beyond the warm start (JSON-able), or None when the method asks
+    for none: the run then starts RL from the warm start itself, under the warm start's own key."""
+    return None
+
+  def cold_start_request(self, episodes: list[EpisodeResult]) -> Optional[SFTRequest]:
+    """SFT on the policy after the warm start and before RL, given the oracle's episodes of the warm start's seeds
+    (train/sft_data.oracle_episode_results); None: nothing to learn from them. Asked only where cold_start_key()
+    is not None, and once per cache key: its result is cached as the warm start's is."""
     return None
 
   # ---- checkpoints ---------------------------------------------------------------------------------

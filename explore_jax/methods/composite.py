@@ -10,6 +10,7 @@
   setup, observe                          every part (observe's metrics merged)
   update_batch                            chained in order
   sft_request                             the one part that asks at this iteration (two at once: error)
+  cold_start_key / cold_start_request     the one part that asks for a cold start before RL (two: error)
   state_dict / array_state                one entry per part, under the part's name
   wants_features                          any part
 
@@ -134,6 +135,16 @@ class Composite(Method):
     if len(asks) > 1:
       raise ValueError(f"methods {[n for n, _ in asks]} each ask for SFT after iteration {iteration}")
     return asks[0][1] if asks else None
+
+  def cold_start_key(self) -> Any:
+    keys = {n: k for n, m in self._named() if (k := m.cold_start_key()) is not None}
+    if len(keys) > 1:
+      raise ValueError(f"methods {sorted(keys)} each ask for a cold start before RL")
+    return keys or None
+
+  def cold_start_request(self, episodes: list[EpisodeResult]) -> Optional[SFTRequest]:
+    asks = [m for _, m in self._named() if m.cold_start_key() is not None]
+    return asks[0].cold_start_request(episodes) if asks else None
 
   # ---- checkpoints ---------------------------------------------------------------------------------
   def state_dict(self) -> dict[str, Any]:

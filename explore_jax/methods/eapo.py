@@ -25,10 +25,15 @@ rollback SFT (METHODS.md "EAPO"; the paper's eqs. 8-14; the authors' released re
                term is added once; the released manager adds both a second time (eapo_fields' docstring).
   Grouping     the `eapo` estimator: step returns normalised within (state, visitation depth) groups of the
                task group (eqs. 12-14; rl/advantages.py).
-  Rollback     after the iterations `eapo.rollback.every` names, SFT on verified rollback transitions mined
-               from the iteration's episodes (methods/eapo_rollback.py): the prompt the policy saw at s', and an
-               answer whose boxed action takes it back to s (explore = that action, memory = the step's own
-               memory where it wrote one).
+  Rollback     SFT on verified rollback transitions (methods/eapo_rollback.py): the prompt the policy saw at
+               s' with eq. 11's rollback instruction x and the state s after its observation, and an answer whose
+               boxed action takes it back to s (explore = that action, memory = the step's own memory where it
+               wrote one). First as Algorithm 1's stage before RL (the cold start,
+               `eapo.rollback.cold_start`: mined from the oracle's episodes of the warm start's seeds, cached with
+               the warm start, train/warm_start.py), then after the iterations `eapo.rollback.every` names, mined
+               from the iteration's own episodes. Candidates are the episodes' own steps back and the admissible
+               actions as guesses; with `eapo.rollback.teacher` (a checkpoint), a teacher model's answers too,
+               asked as the paper asks, with s' and s (eapo_rollback.teacher_rollbacks). Replay keeps what is true.
 
 Indexing. The paper writes eq. 9 with e_{t-1}, m_{t-1} scored given s_t; the released manager scores, for each
 sampled response, that response's own fields given the state it answered, with the next state appended for the
@@ -37,8 +42,9 @@ and the state s_{t+1} its action reached. The released state text is the repr of
 the observation s_t, the state eq. 9 conditions on, which keeps q_phi's rows short.
 
 Ablations are overrides: no R_explore (eapo.alpha2=0), plain group-relative normalisation of the same step returns
-over the task group (rl.advantage_options.groups=task), no rollback SFT (eapo.rollback.every=0). Every method logs
-the share of steps that revisit a state and the size of the (state, depth) groups (train/rollout.revisit_measures).
+over the task group (rl.advantage_options.groups=task), no rollback SFT (eapo.rollback.enabled=False: neither
+stage). Every method logs the share of steps that revisit a state and the size of the (state, depth) groups
+(train/rollout.revisit_measures).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from explore_jax.methods.eapo_fields import (CLAMPS, Fields, answer_text, explor
 
 AUX = "q_phi"
 TOKENS, ATTENTION, TARGET = "eapo_q_tokens", "eapo_q_attention", "eapo_q_target"
+ROLLBACK_INSTRUCTION = "Go back to the state you were in before:"  # eq. 11's x, followed by that state s
 FORMAT = ("Answer in four blocks: <think>your reasoning</think><explore>the actions you are unsure of and "
           "might try</explore><memory>what you have seen so far</memory><action>\\boxed{your next action}"
           "</action>.")
@@ -93,8 +100,14 @@ def add_config(c: Any) -> Any:
   q.batch_size = 16              # rows per q_phi step (and per scoring pass)
   q.epochs = 1                   # passes over the iteration's targets (the released code: one step each)
   r = e.rollback = ml_collections.ConfigDict()
+  r.enabled = True               # False: the no-rollback ablation (neither the cold start nor the later stages)
+  r.cold_start = True            # Algorithm 1's first stage: SFT on the oracle episodes' verified rollbacks before RL
+  r.cold_start_steps = 32
+  r.cold_start_max_replays = 512
   r.every = 5                    # SFT on verified rollbacks after iterations 0, every, 2 every, ...; 0: off
   r.admissible = True            # mine the admissible actions as guesses too
+  r.teacher = ""                 # a teacher model asked for ways back (the paper's source): a checkpoint dir or .gguf
+  r.teacher_max_new_tokens = 16
   r.max_replays = 64             # replays per iteration (each resets the world and replays a prefix)
   r.steps = 4
   r.batch_size = 16
@@ -167,6 +180,7 @@ class EAPO(Method):
       raise ValueError(f"eapo.clamp must be one of {CLAMPS}, got {config.eapo.clamp!r}")
     self.tokenizer: Any = None
     self.model: Any = None
+    self._teacher: Any = None  # the rollback teacher (sampling/text.ChatModel), loaded on first use
 
   def setup(self, ctx) -> None:
     self.tokenizer, self.model = ctx.tokenizer, ctx.model
@@ -261,9 +275,30 @@ class EAPO(Method):
     return sums, counts
 
   # ---- rollback SFT --------------------------------------------------------------------------------
+  def cold_start_key(self) -> Optional[dict[str, Any]]:
+    r = self.config.eapo.rollback
+    if not (r.enabled and r.cold_start and int(r.cold_start_steps) > 0):
+      return None
+    key = {k: r[k] for k in ("admissible", "cold_start_steps", "cold_start_max_replays", "batch_size",
+                             "learning_rate")}
+    if r.teacher:
+      key.update(teacher=r.teacher, teacher_max_new_tokens=int(r.teacher_max_new_tokens))
+    return {"rollback": key}
+
+  def cold_start_request(self, episodes: list[EpisodeResult]) -> Optional[SFTRequest]:
+    """Algorithm 1's first stage: SFT on the verified rollbacks of the oracle's episodes (those the warm start
+    imitates; a searching oracle walks back through rooms it has seen), before any RL step."""
+    r = self.config.eapo.rollback
+    demos = self.rollback_demonstrations(episodes, max_replays=int(r.cold_start_max_replays))
+    if not demos:
+      return None
+    return SFTRequest(tuple(demos), steps=int(r.cold_start_steps), batch_size=int(r.batch_size),
+                      learning_rate=float(r.learning_rate), seed=int(self.config.sft.get("seed", 0)),
+                      label="eapo_rollback_cold_start")
+
   def sft_request(self, iteration: int, results: list[EpisodeResult]) -> Optional[SFTRequest]:
     r = self.config.eapo.rollback
-    if int(r.every) <= 0 or iteration % int(r.every):
+    if not r.enabled or int(r.every) <= 0 or iteration % int(r.every):
       return None
     demos = self.rollback_demonstrations(results)
     if not demos:
@@ -271,12 +306,14 @@ class EAPO(Method):
     return SFTRequest(tuple(demos), steps=int(r.steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=iteration, label="eapo_rollback")
 
-  def rollback_demonstrations(self, results: list[EpisodeResult]) -> list[dict[str, Any]]:
+  def rollback_demonstrations(self, results: list[EpisodeResult], max_replays: Optional[int] = None
+                              ) -> list[dict[str, Any]]:
     """(prompt at s', answer taking the rollback action) for the verified rollbacks of `results` (module
-    docstring), replayed in one instance of the world the episodes played."""
+    docstring), replayed in one instance of the world the episodes played; at most `max_replays` replays
+    (default eapo.rollback.max_replays)."""
     import gymnasium
 
-    from explore_jax.methods.eapo_rollback import verified_rollbacks
+    from explore_jax.methods.eapo_rollback import teacher_rollbacks, verified_rollbacks
     from explore_jax.train import sft_data
 
     r = self.config.eapo.rollback
@@ -287,8 +324,9 @@ class EAPO(Method):
     env = gymnasium.make(spec.env_id, **spec.env_kwargs)
     try:
       kept = verified_rollbacks(env, finished, admissible=bool(r.admissible),
-                                answer=lambda a: answer_text(Fields("", a, "replay", a)),
-                                max_replays=int(r.max_replays))
+                                answer=replay_answer,
+                                max_replays=int(r.max_replays if max_replays is None else max_replays),
+                                proposed=teacher_rollbacks(finished, self._ask_teacher) if r.teacher else ())
     finally:
       env.close()
     by_seed_prefix = {(res.spec.seed, tuple(s.response_text for s in res.steps[:t])): (res, t)
@@ -298,12 +336,30 @@ class EAPO(Method):
       res, t = by_seed_prefix[(c.seed, c.prefix)]
       history = [(s.observation, s.response_text) for s in res.steps[:t]]
       info = res.steps[t - 1].info if t else {}
-      prompt = hook(res.steps[t].observation, history, {}, info)
+      # Eq. 11 conditions on s', s and a rollback instruction x: the prompt at s' names the state to go back to.
+      here = res.steps[t].observation
+      back_to = next(s.observation for s in res.steps[:t] if int(s.state_key) == c.target_key)
+      text = join_text(observation_text(here), ROLLBACK_INSTRUCTION, observation_text(back_to))
+      prompt = hook({**here, "text": text} if isinstance(here, dict) else text, history, {}, info)
       own = parse_fields(res.steps[t].response_text)[0]
       memory = own.memory if own is not None else observation_text(res.steps[t].observation).split("\n")[0]
       demos.append(sft_data.demonstration(
           prompt, answer_text(Fields("Go back to a state seen before.", c.action, memory, c.action))))
     return demos
+
+  def _ask_teacher(self, questions: list[list[dict[str, str]]]) -> list[str]:
+    """The rollback teacher's answers (eapo.rollback.teacher, loaded once, greedy; sampling/text.py)."""
+    from explore_jax.sampling.text import ChatModel
+
+    r = self.config.eapo.rollback
+    if self._teacher is None:
+      self._teacher = ChatModel.load(r.teacher)
+    return self._teacher.complete(questions, max_new_tokens=int(r.teacher_max_new_tokens))
+
+
+def replay_answer(action: str) -> str:
+  """A candidate rollback action answered in the fields, as a replay gives it to the world."""
+  return answer_text(Fields("", action, "replay", action))
 
 
 def _padded(batch: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:

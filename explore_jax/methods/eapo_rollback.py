@@ -6,7 +6,8 @@ that really recover the state; no code for it is released. Here candidates are m
   admissible  at each state of an episode, the world's other admissible actions, each a guess that it might lead
               back to an earlier state of the episode (the replay decides which, if any)
 
-and every candidate is kept only when a replay verifies it: reset the world to the episode's seed, replay the
+and, where a teacher model is at hand (the paper's source, `teacher_rollbacks`), its answer to s' and the state s
+before it; every candidate is kept only when a replay verifies it: reset the world to the episode's seed, replay the
 episode's responses up to s' (the exact texts the world was given, so a malformed one is refused again and the
 replay stays on the episode's path, whatever answer format the world reads), take a, and compare the state key
 reached with s's. A candidate action is the world's canonical action; `answer` writes it as a response in the
@@ -16,6 +17,7 @@ world's format (EAPO's fields around it, envs/fields.py). Nothing here imports j
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Callable, Iterable, Optional
 
 from explore_jax.actors.protocol import EpisodeResult
@@ -59,7 +61,8 @@ def mine_rollbacks(results: Iterable[EpisodeResult], *, admissible: bool = True)
       if admissible and earlier:
         # A step's info is what its action led to: the admissible actions at its own state are the last step's.
         others = [a for a in r.steps[t - 1].info.get("admissible_actions") or () if a != actions[t]]
-        guesses += [(a, key) for a in others for key in sorted(earlier)]
+        # Back means to another state than s' itself: an action that leaves the agent where it is returns nowhere.
+        guesses += [(a, key) for a in others for key in sorted(earlier - {keys[t]})]
       for action, key in guesses:
         candidate = Rollback(r.spec.seed, tuple(responses[:t]), str(step.observation), action, key, t)
         if candidate not in seen:
@@ -90,11 +93,25 @@ def verify(env: Any, candidate: Rollback, answer: Callable[[str], str] = _same) 
 
 
 def verified_rollbacks(env: Any, results: Iterable[EpisodeResult], *, admissible: bool = True,
-                       answer: Callable[[str], str] = _same, max_replays: Optional[int] = None) -> list[Rollback]:
-  """The mined candidates a replay in `env` verifies: one replay per (seed, prefix, action), which reaches one
-  state, so at most one of its candidates is kept; at most `max_replays` replays, in mining order (None: all)."""
+                       answer: Callable[[str], str] = _same, max_replays: Optional[int] = None,
+                       proposed: Iterable[Rollback] = ()) -> list[Rollback]:
+  """The `proposed` candidates (a teacher's), then the mined ones, that a replay in `env` verifies: one replay per
+  (seed, prefix, action), which reaches one state, so at most one of its candidates is kept; at most `max_replays`
+  replays (None: all), in that order: the episodes' own steps back before any admissible guess, and the guesses
+  taken from each episode in turn (a world that lists many actions would otherwise spend the replays on the first
+  episode's guesses)."""
+  results = list(results)
+  returns = mine_rollbacks(results, admissible=False)
+  guesses = [mine_rollbacks([r]) for r in results] if admissible else []
+  in_turn = [c for row in itertools.zip_longest(*guesses) for c in row if c is not None]
+  return verify_all(env, [*proposed, *returns, *in_turn], answer, max_replays)
+
+
+def verify_all(env: Any, candidates: Iterable[Rollback], answer: Callable[[str], str] = _same,
+               max_replays: Optional[int] = None) -> list[Rollback]:
+  """The candidates (without duplicates, in order) that a replay in `env` verifies (`verified_rollbacks`)."""
   groups: dict[tuple, list[Rollback]] = {}
-  for candidate in mine_rollbacks(results, admissible=admissible):
+  for candidate in dict.fromkeys(candidates):
     groups.setdefault((candidate.seed, candidate.prefix, candidate.action), []).append(candidate)
   kept = []
   for n, ((seed, prefix, action), candidates) in enumerate(groups.items()):
@@ -103,3 +120,46 @@ def verified_rollbacks(env: Any, results: Iterable[EpisodeResult], *, admissible
     reached = reached_key(env, seed, prefix, answer(action))
     kept += [c for c in candidates if c.target_key == reached]
   return kept
+
+
+TEACHER_INSTRUCTION = ("You act in a text world. Which one action takes you from the state you are in back to the "
+                       "state you were in just before? Answer with that action only.")
+
+
+def teacher_prompt(current: str, previous: str, admissible: Iterable[str] = ()) -> list[dict[str, str]]:
+  """The question put to a teacher model for one rollback: s' (where the agent is) and s (where it just was), with
+  the actions the world admits at s' where it lists them."""
+  listed = list(admissible)
+  return [{"role": "user", "content": "\n\n".join(
+      [TEACHER_INSTRUCTION, f"You are here:\n{current}", f"You were here just before:\n{previous}"]
+      + ([f"Actions you can take: {', '.join(listed)}."] if listed else []))}]
+
+
+def teacher_rollbacks(results: Iterable[EpisodeResult],
+                      ask: Callable[[list[list[dict[str, str]]]], list[str]]) -> list[Rollback]:
+  """The paper's source of candidates: for every step of an episode that left a state s for another s', one
+  question (`teacher_prompt`) to a teacher model, `ask`ed in one batch; the first line of each answer is the
+  candidate way back from s' to s. Nothing here is trusted: `verify_all` keeps what a replay confirms."""
+  questions, where = [], []
+  for r in results:
+    if r.dropped or not r.steps:
+      continue
+    keys, _, responses = _trajectory(r)
+    for t in range(1, len(r.steps)):
+      if keys[t] == keys[t - 1]:
+        continue
+      before, here = r.steps[t - 1], r.steps[t]
+      questions.append(teacher_prompt(_text(here.observation), _text(before.observation),
+                                      before.info.get("admissible_actions") or ()))
+      where.append((r.spec.seed, tuple(responses[:t]), str(here.observation), keys[t - 1], t))
+  answers = ask(questions) if questions else []
+  out = []
+  for (seed, prefix, observation, key, t), text in zip(where, answers):
+    action = text.strip().split("\n")[0].strip()
+    if action:
+      out.append(Rollback(seed, prefix, observation, action, key, t))
+  return out
+
+
+def _text(observation: Any) -> str:
+  return str(observation.get("text", "")) if isinstance(observation, dict) else str(observation)

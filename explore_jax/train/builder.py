@@ -70,17 +70,19 @@ class Parts:
     return max(self.server.response_len, self.server.final_len)
 
   def warm_start_key(self) -> str:
-    return warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len, self.sft_response_len,
-                                     self.method.prompt_hook())
+    """The key of the policy RL starts from: the warm start's, with the method's cold start where it has one."""
+    return warm_start.start_key(warm_start.warm_start_key(self.config, self.checkpoint_dir, self.server.prompt_len,
+                                                          self.sft_response_len, self.method.prompt_hook()),
+                                self.method)
 
   def warm_start_params(self, log=print) -> Any:
     """The SFT warm start of the config (cached), or the learner's initial parameters without one (with LoRA,
-    adapters: the warm start then trains only them)."""
+    adapters: the warm start then trains only them); then the method's cold start, where it asks for one."""
     return warm_start.warm_start_params(
         self.config, self.model, self.learner.initial_params, self.learner.shardings.params, self.tokenizer,
         self.method.prompt_hook(), checkpoint_dir=self.checkpoint_dir, prompt_len=self.server.prompt_len,
         response_len=self.sft_response_len, log=log, lora=self.learner.lora, base=self.learner.base_params,
-        image_layout=self.image_layout)
+        image_layout=self.image_layout, method=self.method)
 
   def make_pool(self) -> ActorPool:
     """This process's actors; in a multi-host run they play its share of each run's episodes, and the

@@ -12,6 +12,7 @@ paths relative to the file (write_demonstrations writes them into `<file>.images
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import itertools
 import json
 import os
@@ -22,8 +23,9 @@ import gymnasium
 import numpy as np
 
 from explore_jax.actors.actor import PromptTokenizer
-from explore_jax.actors.protocol import Prompt, as_prompt
+from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt, Response, StepRecord, as_prompt
 from explore_jax.envs import Demonstration, oracle_demonstrations, oracle_episode
+from explore_jax.envs.base import state_key as observation_key
 from explore_jax.images import ImageLayout
 
 
@@ -111,6 +113,35 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
       if messages is not None:
         demos.append(demonstration(messages, final_text(d.observations, d.actions, d.final_observation, d.success)))
   return demos
+
+
+def oracle_episode_results(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int],
+                           workers: Optional[int] = None) -> list[EpisodeResult]:
+  """The oracle's episodes of `seeds` as an actor records episodes (`episode_result`): what a method mines before
+  RL from the episodes its warm start imitates (EAPO's rollback cold start)."""
+  spec = EpisodeSpec(0, 0, 0, env_id, env_kwargs)
+  return [episode_result(d, dataclasses.replace(spec, episode_id=i, group_id=i, traj_id=i, seed=d.seed))
+          for i, d in enumerate(_oracle_episodes(env_id, env_kwargs, list(seeds), workers))]
+
+
+def episode_result(demo: Demonstration, spec: EpisodeSpec) -> EpisodeResult:
+  """An oracle episode as the EpisodeResult an actor would have recorded playing its actions: step t's
+  observation, its action as the response text, the state key of the state it stood at, and the info its action
+  returned (what the next prompt is built with). No tokens (nothing was sampled) and no rewards (a Demonstration
+  keeps none): success is the episode's, on its last step."""
+  infos = list(demo.infos) + [demo.final_info]
+  observations = list(demo.observations) + [demo.final_observation]
+  keys = [int(info.get("state_key", observation_key(str(obs)))) for info, obs in zip(infos, observations)]
+  empty = Response(spec.episode_id, 0, np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.float32),
+                   np.zeros(0, np.int32), 0)
+  steps = []
+  for t, (obs, action) in enumerate(zip(demo.observations, demo.actions)):
+    last = t == len(demo.actions) - 1
+    steps.append(StepRecord(spec.episode_id, spec.group_id, spec.traj_id, t, -1, [], dataclasses.replace(empty, step=t),
+                            action, 0.0, 1.0, keys[t], last, bool(demo.success) and last, dict(infos[t + 1]),
+                            observation=obs))
+  return EpisodeResult(spec, steps, bool(demo.success), 0.0, "",
+                       final_observation=str(demo.final_observation), final_state_key=keys[-1])
 
 
 def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[str, Any]:

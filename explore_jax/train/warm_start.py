@@ -3,6 +3,10 @@
 The result depends only on the starting checkpoint, the SFT options and data, and the prompt layout, never
 on the RL seed or the method's training-time behaviour, so it is cached under the cache root by a hash of
 exactly those and shared by every run that warm-starts the same way.
+
+A method may ask for a cold start between the warm start and RL (Method.cold_start_key / cold_start_request:
+EAPO's rollback stage, SFT on what the oracle's episodes teach). It is the same mechanism on the warm start's
+params, cached under a key that adds the method's; without one, RL starts from the warm start under its own key.
 """
 
 from __future__ import annotations
@@ -89,22 +93,75 @@ def request(config: Any, prompt_hook: Callable) -> SFTRequest:
                     learning_rate=c.learning_rate, seed=c.seed, label="sft")
 
 
+def start_key(warm_key: str, method: Any = None) -> str:
+  """The key of the policy RL starts from: the warm start's, or, where the method asks for a cold start before RL
+  (Method.cold_start_key), the warm start's and the cold start's together."""
+  identity = None if method is None else method.cold_start_key()
+  return warm_key if identity is None else config_hash(warm_key, {"cold_start": identity})
+
+
 def warm_start_params(config: Any, model: Any, initial_params: Any, shardings: Any, tokenizer: Any,
                       prompt_hook: Callable, *, checkpoint_dir: str, prompt_len: int, response_len: int,
                       log: Callable[[str], None] = print, lora: Optional[lora_lib.LoraConfig] = None,
-                      base: Any = None, image_layout: Optional[ImageLayout] = None) -> Any:
-  """The policy's parameters after the warm start (the initial ones when config.sft is off). With `lora`
-  they are adapters on the frozen `base`, and the warm start trains only them. A vision-language policy's
-  image demonstrations are laid out by its `image_layout`, as its actors lay out prompts.
+                      base: Any = None, image_layout: Optional[ImageLayout] = None, method: Any = None) -> Any:
+  """The policy's parameters after the warm start (the initial ones when config.sft is off), then after the
+  `method`'s cold start where it asks for one (`cold_start_params`). With `lora` they are adapters on the frozen
+  `base`, and the warm start trains only them. A vision-language policy's image demonstrations are laid out by its
+  `image_layout`, as its actors lay out prompts.
 
   A long SFT saves its progress beside the cache every `config.sft.checkpoint_every` steps, so a killed
   warm start goes on from its last save when any run asks for it again (and ends with the same params)."""
+  key = warm_start_key(config, checkpoint_dir, prompt_len, response_len, prompt_hook)
+  abstract = checkpoint.abstract_like(jax.eval_shape(lambda: initial_params), shardings)
+  params = _sft_params(config, model, initial_params, abstract, tokenizer, prompt_hook, key=key,
+                       prompt_len=prompt_len, response_len=response_len, log=log, lora=lora, base=base,
+                       image_layout=image_layout)
+  if method is None or method.cold_start_key() is None:
+    return params
+  return cold_start_params(config, method, model, params, abstract, tokenizer, key=start_key(key, method),
+                           prompt_len=prompt_len, response_len=response_len, log=log, lora=lora, base=base,
+                           image_layout=image_layout)
+
+
+def cold_start_params(config: Any, method: Any, model: Any, params: Any, abstract: Any, tokenizer: Any, *, key: str,
+                      prompt_len: int, response_len: int, log: Callable[[str], None] = print,
+                      lora: Optional[lora_lib.LoraConfig] = None, base: Any = None,
+                      image_layout: Optional[ImageLayout] = None) -> Any:
+  """`params` after the method's cold start (Method.cold_start_request) on the oracle's episodes of the warm
+  start's seeds, in the world the warm start plays (config.sft's seeds and env_kwargs), cached under `key`. A
+  request of None (nothing the episodes teach) leaves the params as they are, cached all the same."""
+  with checkpoint.Checkpointer(cache_lib.warm_start_dir(key), max_to_keep=1) as ck:
+    if ck.latest_step() is not None:
+      log(f"[cold start] reused from {ck.directory}")
+      return ck.restore(abstract).state
+    c = config.sft
+    t0 = time.time()
+    episodes = sft_data.oracle_episode_results(
+        *rollout.environment(config, {**config.env.kwargs, **c.get("env_kwargs", {})}, demonstrations=True),
+        range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes))
+    req = method.cold_start_request(episodes)
+    if req is None:
+      log(f"[cold start] {len(episodes)} oracle episodes gave nothing to learn; RL starts from the warm start")
+      losses = []
+    else:
+      params, losses = finetune(model, params, req, tokenizer, prompt_len, response_len, lora=lora, base=base,
+                                image_layout=image_layout)
+      log(f"[cold start] {req.label}: {req.steps} steps on {len(req.demonstrations)} demonstrations from "
+          f"{len(episodes)} oracle episodes: loss {losses[0]:.3f} -> {losses[-1]:.3f} ({time.time() - t0:.0f}s)")
+    ck.save(0, params, metadata={"losses": losses[-10:], "demonstrations": len(req.demonstrations) if req else 0})
+    ck.wait()
+    return params
+
+
+def _sft_params(config: Any, model: Any, initial_params: Any, abstract: Any, tokenizer: Any, prompt_hook: Callable,
+                *, key: str, prompt_len: int, response_len: int, log: Callable[[str], None],
+                lora: Optional[lora_lib.LoraConfig], base: Any, image_layout: Optional[ImageLayout]) -> Any:
+  """The warm start's SFT itself (warm_start_params), cached under `key`."""
   if not config.sft.enabled:
     return initial_params
   from tqdm import tqdm
 
-  cache = cache_lib.warm_start_dir(warm_start_key(config, checkpoint_dir, prompt_len, response_len, prompt_hook))
-  abstract = checkpoint.abstract_like(jax.eval_shape(lambda: initial_params), shardings)
+  cache = cache_lib.warm_start_dir(key)
   with checkpoint.Checkpointer(cache, max_to_keep=1) as ck:
     if ck.latest_step() is not None:
       log(f"[sft] warm start reused from {cache}")

@@ -264,3 +264,8 @@ def test_the_eapo_protocol_plans_its_arms_over_the_same_warm_starts():
   assert all("--config=configs/eapo_keydoor.py:gigpo " in line for line in lines if "/gigpo/" in line)
   assert all("--config.rl.advantage_options.groups=task" in line for line in lines if "/eapo_task_groups/" in line)
   assert all("--config=configs/eapo_alfworld.py " in line for line in lines if "/eapo_alfworld/" in line)
+  # The rollback stage before RL is cached with the warm start: the no-rollback arm starts RL from the warm start
+  # alone, so a sweep does not count it among the arms that share eapo's start (launch/sweep.py: may_start).
+  from configs.protocols import eapo as protocol
+  args = {run.arm: sweep_records.warm_start_args(run) for run in sweep_py.plan(protocol.get_protocol(), "/r", "m1")}
+  assert args["eapo"] == args["eapo_no_explore"] == args["eapo_task_groups"] != args["eapo_no_rollback"]

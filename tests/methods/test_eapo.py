@@ -237,7 +237,11 @@ def test_rollback_demonstrations_answer_the_verified_way_back_from_the_prompt_th
   demos = m.rollback_demonstrations([result])
   assert demos, "going left twice from room 3 leaves 'go right' as a verified way back to room 2"
   first = demos[0]
-  assert first["messages"][-1]["content"] in prompts[1]  # the prompt at s' as the actor built it
+  # The prompt at s' as the actor built it, with eq. 11's instruction and the state s to go back to after the
+  # observation.
+  back = f"\n{eapo.ROLLBACK_INSTRUCTION}\n{result.steps[0].observation}"
+  content = first["messages"][-1]["content"]
+  assert back in content and content.replace(back, "") in prompts[1]
   fields = eapo.parse_fields(first["response"])[0]
   assert fields.action == "go right" and fields.memory == "room two"
   assert m.sft_request(0, [result]).label == "eapo_rollback"

@@ -1,6 +1,7 @@
 """EAPO end to end: `configs/eapo_keydoor.py` as a user runs it, cut to one iteration of a smaller corridor: the
-warm start on the oracle's field answers, a rollout in the fields world, q_phi trained before the rewards and
-scoring them, the (state, depth) grouping, a rollback SFT request and a checkpoint with q_phi in it."""
+warm start on the oracle's field answers and the rollback stage on its episodes, a rollout in the fields world,
+q_phi trained before the rewards and scoring them, the (state, depth) grouping, a rollback SFT request and a
+checkpoint with q_phi in it."""
 
 import json
 
@@ -14,7 +15,7 @@ RUN = ("--config=configs/eapo_keydoor.py", "--config.train.num_iterations=1", "-
        "--config.rollout.group_size=2", "--config.rollout.task_pool=2", "--config.rollout.num_actors=1",
        "--config.rollout.envs_per_actor=4", "--config.rl.micro_batch_size=0", "--config.rl.epochs=1",
        "--config.eval.every=0", "--config.eval.passk_samples=0", "--config.checkpoint.every=1",
-       "--config.eapo.rollback.every=1")
+       "--config.eapo.rollback.every=1", "--config.eapo.rollback.cold_start_steps=2")
 
 
 @pytest.mark.slow
@@ -30,3 +31,6 @@ def test_eapo_trains_an_iteration_with_q_phi(tmp_path):
   tree = json.load(open(step / "state" / "_METADATA"))["tree_metadata"]
   assert any(key.startswith("('aux', 'q_phi', 'params', 'q'") for key in tree)  # q_phi's weights and its prior
   assert any(key.startswith("('aux', 'q_phi', 'opt_state'") for key in tree)
+  # RL started after the rollback stage, cached beside the warm start under the key the run's provenance names.
+  key = json.load(open(tmp_path / "run" / "provenance.json"))["warm_start"]
+  assert (tmp_path / "cache" / "sft" / key).is_dir() and len(list((tmp_path / "cache" / "sft").iterdir())) == 2
