@@ -206,7 +206,8 @@ def report(r: Recorder) -> None:
   else:
     print(f"  breakdown: {stats.prefills} prefills of {stats.prefill_rows} rows (+{stats.shared} slots from a shared "
           f"prefill); {stats.chunks} decode calls, {stats.decode_steps} decode steps; slot-steps {stats.slot_steps}, "
-          f"{stats.live_steps / max(stats.slot_steps, 1):.0%} of them drawing tokens; batch sizes {sorted(stats.widths)}")
+          f"{stats.live_steps / max(stats.slot_steps, 1):.0%} of them drawing tokens; batch sizes "
+          f"{sorted(stats.widths)}; cache slots per row {sorted(stats.cache_lengths)}")
   print(f"  outside the sampler {rollout_s - call_s:.1f} s of the rollouts' {rollout_s:.1f} s")
 
 

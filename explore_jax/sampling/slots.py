@@ -17,7 +17,7 @@ models/transformer.py). Prompts are `submit`ted at any time; each `advance` is o
               carrying finished rows. New prompts grow it back to `slots` rows.
 
 `sample` runs a list of prompts through one engine to the end (a call of the inference server under
-rollout.batching = "continuous"); train/inference.py's StreamingPolicy keeps engines across the pool's rounds
+rollout.batching = "continuous"), its cache cut to the widest of them (in a power of two of width buckets); train/inference.py's StreamingPolicy keeps engines across the pool's rounds
 ("streaming").
 
 A row draws exactly as in `generate`: token t of the row with id r from key fold_in(fold_in(rng, r), t), at the
@@ -99,6 +99,7 @@ class SlotStats:
   slot_steps: int = 0        # decode steps x rows, summed over calls
   live_steps: int = 0        # of those, steps of rows still drawing
   widths: set = dataclasses.field(default_factory=set)  # decode batch sizes used
+  cache_lengths: set = dataclasses.field(default_factory=set)  # each row's cache slots, per engine
 
 
 # ---- the device functions ------------------------------------------------------------------------
@@ -294,6 +295,7 @@ class SlotEngine:
     multiple = decode_attention_lib.cache_multiple(decode_attention)
     self.length = -(-(self.cache_len + self.new_tokens) // multiple) * multiple  # the cache's slots per row
     self.stats = SlotStats() if stats is None else stats
+    self.stats.cache_lengths.add(self.length)
     self.waiting: collections.deque[_Waiting] = collections.deque()
     self.state: Optional[Slots] = None
     self.owner: list[Optional[_Waiting]] = []  # what each row holds
@@ -434,6 +436,12 @@ def sample(model: Model, params: Params, prompts: Sequence[Sequence[int]], sampl
   """
   if len(row_ids) != len(prompts):
     raise ValueError(f"{len(prompts)} prompts but {len(row_ids)} row ids")
+  # A call knows all its prompts, so its cache need hold only the widest of them, not the whole prompt budget that
+  # an engine fed over time keeps: every decode step attends over the cache (the dense path over all of it). In a
+  # power-of-two number of width buckets, so that calls compile a few cache lengths, not one per width.
+  bucket = int(engine.get("width_bucket", 64))
+  buckets = -(-max((len(p) for p in prompts), default=1) // bucket)
+  engine = {**engine, "cache_len": min(int(engine["cache_len"]), bucket * (1 << (buckets - 1).bit_length()))}
   e = SlotEngine(model, params, sampling, rng, **engine)
   for i in sorted(range(len(prompts)), key=lambda i: (e.width(prompts[i]), i)):
     e.submit(i, prompts[i], row_ids[i], None if share is None else share[i])

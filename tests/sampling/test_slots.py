@@ -72,6 +72,27 @@ def test_refilled_slots_sample_each_prompt_as_it_is_sampled_alone(params):
   assert any(len(set(o.segments.tolist())) == 2 for o in outs), "some row should cross the delimiter"
 
 
+def test_a_calls_cache_holds_its_widest_prompt_not_the_whole_budget(params):
+  # Every decode step attends over the row's cache: one call's prompts of at most 16 tokens (two width buckets, a
+  # power of two) decode in a cache of 16 + N_NEW slots, not CACHE_LEN + N_NEW, and each row is still its
+  # `generate` alone; at most 12 tokens (two buckets as well) too.
+  sampling, rng = schedule(), jax.random.key(3)
+  short = [p for p in PROMPTS if len(p) <= 2 * BUCKET]
+  stats = slots.SlotStats()
+  outs = slots.sample(MODEL, params, short, sampling, rng, row_ids=list(range(len(short))), slots=4,
+                      max_new_tokens=N_NEW, cache_len=CACHE_LEN, width_bucket=BUCKET, stats=stats)
+  assert stats.cache_lengths == {2 * BUCKET + N_NEW}
+  assert_same_as_alone(params, short, list(range(len(short))), outs, sampling, rng)
+  shorter = [p for p in short if len(p) <= 12]
+  slots.sample(MODEL, params, shorter, sampling, rng, row_ids=list(range(len(shorter))), slots=4,
+               max_new_tokens=N_NEW, cache_len=CACHE_LEN, width_bucket=BUCKET, stats=stats)
+  assert stats.cache_lengths == {2 * BUCKET + N_NEW}
+  three = [p for p in PROMPTS if len(p) <= 3 * BUCKET]  # 24 tokens, three buckets: four would pass the budget
+  slots.sample(MODEL, params, three, sampling, rng, row_ids=list(range(len(three))), slots=4,
+               max_new_tokens=N_NEW, cache_len=CACHE_LEN, width_bucket=BUCKET, stats=stats)
+  assert stats.cache_lengths == {2 * BUCKET + N_NEW, CACHE_LEN + N_NEW}
+
+
 def test_greedy_rows_and_a_one_token_prompt(params):
   sampling, rng = make_sampling_params(0.0), jax.random.key(1)
   outs = slots.sample(MODEL, params, [[9], [5, 6, 7]], sampling, rng, row_ids=[0, 1], max_new_tokens=N_NEW,
