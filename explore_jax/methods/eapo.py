@@ -31,7 +31,9 @@ rollback SFT (METHODS.md "EAPO"; the paper's eqs. 8-14; the authors' released re
                wrote one). First as Algorithm 1's stage before RL (the cold start,
                `eapo.rollback.cold_start`: mined from the oracle's episodes of the warm start's seeds, cached with
                the warm start, train/warm_start.py), then after the iterations `eapo.rollback.every` names, mined
-               from the iteration's own episodes. Candidates are the episodes' own steps back and the admissible
+               from the iteration's own episodes; the cold start rehearses the oracle's own steps beside the
+               rollbacks (`cold_start_rehearsal`: on rollbacks alone the tiny warm start unlearnt its fields,
+               docs/results.md "EAPO"). Candidates are the episodes' own steps back and the admissible
                actions as guesses; with `eapo.rollback.teacher` (a checkpoint), a teacher model's answers too,
                asked as the paper asks, with s' and s (eapo_rollback.teacher_rollbacks). Replay keeps what is true.
 
@@ -104,6 +106,9 @@ def add_config(c: Any) -> Any:
   r.cold_start = True            # Algorithm 1's first stage: SFT on the oracle episodes' verified rollbacks before RL
   r.cold_start_steps = 32
   r.cold_start_max_replays = 512
+  # The oracle's own steps beside the rollbacks: a policy that learnt the fields in its warm start keeps them (on
+  # rollbacks alone the tiny KeyDoor warm start lost its format and fell from 0.58 to 0.00 held-in pass@1).
+  r.cold_start_rehearsal = True
   r.every = 5                    # SFT on verified rollbacks after iterations 0, every, 2 every, ...; 0: off
   r.admissible = True            # mine the admissible actions as guesses too
   r.teacher = ""                 # a teacher model asked for ways back (the paper's source): a checkpoint dir or .gguf
@@ -279,8 +284,8 @@ class EAPO(Method):
     r = self.config.eapo.rollback
     if not (r.enabled and r.cold_start and int(r.cold_start_steps) > 0):
       return None
-    key = {k: r[k] for k in ("admissible", "cold_start_steps", "cold_start_max_replays", "batch_size",
-                             "learning_rate")}
+    key = {k: r[k] for k in ("admissible", "cold_start_steps", "cold_start_max_replays", "cold_start_rehearsal",
+                             "batch_size", "learning_rate")}
     if r.teacher:
       key.update(teacher=r.teacher, teacher_max_new_tokens=int(r.teacher_max_new_tokens))
     return {"rollback": key}
@@ -292,6 +297,8 @@ class EAPO(Method):
     demos = self.rollback_demonstrations(episodes, max_replays=int(r.cold_start_max_replays))
     if not demos:
       return None
+    if r.cold_start_rehearsal:
+      demos += self.episode_demonstrations(episodes)
     return SFTRequest(tuple(demos), steps=int(r.cold_start_steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=int(self.config.sft.get("seed", 0)),
                       label="eapo_rollback_cold_start")
@@ -345,6 +352,18 @@ class EAPO(Method):
       memory = own.memory if own is not None else observation_text(res.steps[t].observation).split("\n")[0]
       demos.append(sft_data.demonstration(
           prompt, answer_text(Fields("Go back to a state seen before.", c.action, memory, c.action))))
+    return demos
+
+  def episode_demonstrations(self, episodes: list[EpisodeResult]) -> list[dict[str, Any]]:
+    """Every step of the episodes as a demonstration of its own answer, from the prompt an actor builds there."""
+    from explore_jax.train import sft_data
+
+    hook, demos = self.prompt_hook(), []
+    for e in episodes:
+      for t, step in enumerate(e.steps):
+        history = [(s.observation, s.response_text) for s in e.steps[:t]]
+        prompt = hook(step.observation, history, {}, e.steps[t - 1].info if t else {})
+        demos.append(sft_data.demonstration(prompt, step.response_text))
     return demos
 
   def _ask_teacher(self, questions: list[list[dict[str, str]]]) -> list[str]:

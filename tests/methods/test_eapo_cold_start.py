@@ -61,7 +61,11 @@ def test_the_cold_start_teaches_the_verified_ways_back_of_the_searching_oracles_
   env = gymnasium.make(env_id, **kwargs)
   kept = verified_rollbacks(env, episodes, answer=eapo.replay_answer,
                             max_replays=c.eapo.rollback.cold_start_max_replays)
-  assert len(request.demonstrations) == len(kept) > 0
+  rollbacks, rehearsal = request.demonstrations[:len(kept)], request.demonstrations[len(kept):]
+  assert kept and len(rehearsal) == sum(len(e.steps) for e in episodes)
+  # Beside the rollbacks, the warm start's own demonstrations again (cold_start_rehearsal): the same prompts and
+  # answers, so that the stage adds the ways back without unlearning the fields.
+  assert list(rehearsal) == sft_data.oracle_sft_demos(env_id, kwargs, SEEDS, m.prompt_hook())
   # The search sweeps to one end of the corridor and walks back through rooms it has seen: its own steps back are
   # rollbacks, kept beside the admissible guesses the replay confirmed.
   returns = {(r.seed, r.prefix, r.action)
@@ -70,7 +74,7 @@ def test_the_cold_start_teaches_the_verified_ways_back_of_the_searching_oracles_
   for r in kept:  # each way back reaches a state its episode stood at before s'
     episode = next(e for e in episodes if e.spec.seed == r.seed)
     assert r.target_key in {s.state_key for s in episode.steps[:len(r.prefix)]}
-  for demo, r in zip(request.demonstrations, kept):
+  for demo, r in zip(rollbacks, kept):
     assert parse_fields(demo["response"])[0].action == r.action
   env.close()
 
