@@ -293,12 +293,14 @@ class EAPO(Method):
   def cold_start_request(self, episodes: list[EpisodeResult]) -> Optional[SFTRequest]:
     """Algorithm 1's first stage: SFT on the verified rollbacks of the oracle's episodes (those the warm start
     imitates; a searching oracle walks back through rooms it has seen), before any RL step."""
+    from explore_jax.train import sft_data
+
     r = self.config.eapo.rollback
     demos = self.rollback_demonstrations(episodes, max_replays=int(r.cold_start_max_replays))
     if not demos:
       return None
     if r.cold_start_rehearsal:
-      demos += self.episode_demonstrations(episodes)
+      demos += sft_data.episode_demos(episodes, self.prompt_hook())
     return SFTRequest(tuple(demos), steps=int(r.cold_start_steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=int(self.config.sft.get("seed", 0)),
                       label="eapo_rollback_cold_start")
@@ -352,18 +354,6 @@ class EAPO(Method):
       memory = own.memory if own is not None else observation_text(res.steps[t].observation).split("\n")[0]
       demos.append(sft_data.demonstration(
           prompt, answer_text(Fields("Go back to a state seen before.", c.action, memory, c.action))))
-    return demos
-
-  def episode_demonstrations(self, episodes: list[EpisodeResult]) -> list[dict[str, Any]]:
-    """Every step of the episodes as a demonstration of its own answer, from the prompt an actor builds there."""
-    from explore_jax.train import sft_data
-
-    hook, demos = self.prompt_hook(), []
-    for e in episodes:
-      for t, step in enumerate(e.steps):
-        history = [(s.observation, s.response_text) for s in e.steps[:t]]
-        prompt = hook(step.observation, history, {}, e.steps[t - 1].info if t else {})
-        demos.append(sft_data.demonstration(prompt, step.response_text))
     return demos
 
   def _ask_teacher(self, questions: list[list[dict[str, str]]]) -> list[str]:

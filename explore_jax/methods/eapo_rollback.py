@@ -21,6 +21,7 @@ import itertools
 from typing import Any, Callable, Iterable, Optional
 
 from explore_jax.actors.protocol import EpisodeResult
+from explore_jax.methods.base import observation_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +150,8 @@ def teacher_rollbacks(results: Iterable[EpisodeResult],
       if keys[t] == keys[t - 1]:
         continue
       before, here = r.steps[t - 1], r.steps[t]
-      questions.append(teacher_prompt(_text(here.observation), _text(before.observation),
+      questions.append(teacher_prompt(str(observation_text(here.observation)),
+                                      str(observation_text(before.observation)),
                                       before.info.get("admissible_actions") or ()))
       where.append((r.spec.seed, tuple(responses[:t]), str(here.observation), keys[t - 1], t))
   answers = ask(questions) if questions else []
@@ -159,7 +161,3 @@ def teacher_rollbacks(results: Iterable[EpisodeResult],
     if action:
       out.append(Rollback(seed, prefix, observation, action, key, t))
   return out
-
-
-def _text(observation: Any) -> str:
-  return str(observation.get("text", "")) if isinstance(observation, dict) else str(observation)

@@ -17,8 +17,8 @@ models/transformer.py). Prompts are `submit`ted at any time; each `advance` is o
               carrying finished rows. New prompts grow it back to `slots` rows.
 
 `sample` runs a list of prompts through one engine to the end (a call of the inference server under
-rollout.batching = "continuous"), its cache cut to the widest of them (in a power of two of width buckets); train/inference.py's StreamingPolicy keeps engines across the pool's rounds
-("streaming").
+rollout.batching = "continuous"), its cache cut to the widest of them (in a power of two of width buckets);
+train/inference.py's StreamingPolicy keeps engines across the pool's rounds ("streaming").
 
 A row draws exactly as in `generate`: token t of the row with id r from key fold_in(fold_in(rng, r), t), at the
 temperature of its segment, filtered by top-k / top-p, with EOS ids and stop sequences ending it; a prompt of

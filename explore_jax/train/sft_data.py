@@ -117,8 +117,8 @@ def oracle_sft_demos(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[in
 
 def oracle_episode_results(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int],
                            workers: Optional[int] = None) -> list[EpisodeResult]:
-  """The oracle's episodes of `seeds` as an actor records episodes (`episode_result`): what a method mines before
-  RL from the episodes its warm start imitates (EAPO's rollback cold start)."""
+  """The oracle's episodes of `seeds` as an actor records episodes (`episode_result`): what a method's cold start
+  (Method.cold_start_request) learns from before RL, the episodes its warm start imitates."""
   spec = EpisodeSpec(0, 0, 0, env_id, env_kwargs)
   return [episode_result(d, dataclasses.replace(spec, episode_id=i, group_id=i, traj_id=i, seed=d.seed))
           for i, d in enumerate(_oracle_episodes(env_id, env_kwargs, list(seeds), workers))]
@@ -142,6 +142,18 @@ def episode_result(demo: Demonstration, spec: EpisodeSpec) -> EpisodeResult:
                             observation=obs))
   return EpisodeResult(spec, steps, bool(demo.success), 0.0, "",
                        final_observation=str(demo.final_observation), final_state_key=keys[-1])
+
+
+def episode_demos(episodes: Iterable[EpisodeResult], prompt_hook: Callable[..., Any]) -> list[dict[str, Any]]:
+  """Every step of recorded episodes as a demonstration of its own answer, from the prompt `prompt_hook` builds
+  there as an actor does; on `oracle_episode_results`, the demonstrations `oracle_sft_demos` makes."""
+  demos = []
+  for e in episodes:
+    for t, step in enumerate(e.steps):
+      history = [(s.observation, s.response_text) for s in e.steps[:t]]
+      prompt = prompt_hook(step.observation, history, {}, e.steps[t - 1].info if t else {})
+      demos.append(demonstration(prompt, step.response_text))
+  return demos
 
 
 def demonstration(prompt: Prompt | list[dict[str, str]], response: str) -> dict[str, Any]:

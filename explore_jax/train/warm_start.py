@@ -4,9 +4,9 @@ The result depends only on the starting checkpoint, the SFT options and data, an
 on the RL seed or the method's training-time behaviour, so it is cached under the cache root by a hash of
 exactly those and shared by every run that warm-starts the same way.
 
-A method may ask for a cold start between the warm start and RL (Method.cold_start_key / cold_start_request:
-EAPO's rollback stage, SFT on what the oracle's episodes teach). It is the same mechanism on the warm start's
-params, cached under a key that adds the method's; without one, RL starts from the warm start under its own key.
+A method may ask for a cold start between the warm start and RL (Method.cold_start_key / cold_start_request: SFT
+on what the oracle's episodes teach). It is the same mechanism on the warm start's params, cached under a key that
+adds the method's; without one, RL starts from the warm start under its own key.
 """
 
 from __future__ import annotations
