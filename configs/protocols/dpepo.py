@@ -25,6 +25,12 @@ steps every answer was well formed, yet a copy that saw the key took it 7 times 
 answers well formed). configs/keydoor_search.py now has both, for every arm of this protocol and of EAPO's; the
 planner at 240 steps was not measured, so the two changes are not separated. Prompts that fit the budget
 (ParallelPrompt's shorter forms) came with round 1 too.
+
+Recipe round 2, the last, for cost alone and before any run had ended: round 1's runs were ~4 h each on 2 cores
+(~2 days for the 12 tiny runs) and no device is lent, so configs/keydoor_search.py now trains 20 iterations of 16
+episodes (4 tasks x 4), one epoch in minibatches of 32, and evaluates every 10 iterations. The arms, the endpoint
+and the run count are unchanged. Runs resume where they stopped; each finished run is recorded under
+docs/results/protocol/dpepo/ as it ends.
 """
 
 from configs import protocols

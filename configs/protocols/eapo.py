@@ -23,6 +23,10 @@ DPEPO's recipe round 1, configs/protocols/dpepo.py), where it played the planner
 Also before any run, the method gained Algorithm 1's first stage, rollback SFT before RL on the oracle's episodes
 (eapo.rollback.cold_start, cached with the warm start): the eapo arms start RL from the warm start and that stage,
 eapo_no_rollback (eapo.rollback.enabled=False, neither stage) from the warm start alone.
+
+Also before any run, for cost alone (DPEPO's recipe round 2, configs/protocols/dpepo.py): 20 iterations of 16
+episodes, one epoch in minibatches of 32, an evaluation every 10 iterations (configs/keydoor_search.py); the
+rollback stage after every 5th iteration runs 4 times a run.
 """
 
 from configs import protocols
