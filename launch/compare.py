@@ -21,7 +21,8 @@ launch/train.py when the config asks for pass@k). Prints markdown and, with --ou
                    tasks (does RL improve on the policy it started from?).
   compare.json  the same numbers, plus each method's per-task, seed-averaged pass@k for every k.
   6. training curves (explore_jax/train/curve_compare.py), for the metrics of CURVE_METRICS the runs log
-     (ScreenExplorer's D_grp, EAPO's revisit share): early vs late window per run, per arm and between arms.
+     (ScreenExplorer's D_grp, EAPO's revisits and step groups, DPEPO's distinct actions and transitions): early
+     vs late window per run, per arm and between arms.
   compare.png   training success and held-out success per iteration, mean +- std over seeds (and D_grp where
                 logged).
 

@@ -25,9 +25,12 @@ import numpy as np
 
 from explore_jax.train import stats
 
-# The metrics compared when runs log them, in report order.
+# The metrics compared when runs log them, in report order: ScreenExplorer's diversity (eqs. 5-6), the revisits and
+# step-level group sizes of exploration-aware grouping (EAPO's figure), and the diversity DPEPO's paper measures
+# (distinct actions across the copies at a step, distinct transitions across a task group).
 CURVE_METRICS = ("diversity/d_grp_vis", "diversity/d_grp_text", "diversity/d_seq_vis", "diversity/d_seq_text",
-                 "revisit_share")
+                 "revisit_share", "step_group_size", "dpepo/distinct_actions_per_step",
+                 "dpepo/distinct_transitions_per_group")
 
 
 def window_means(rows: Sequence[dict], metric: str, window: int) -> tuple[float, float] | None:
