@@ -31,10 +31,10 @@ rollback SFT (METHODS.md "EAPO"; the paper's eqs. 8-14; the authors' released re
                wrote one). First as Algorithm 1's stage before RL (the cold start,
                `eapo.rollback.cold_start`: mined from the oracle's episodes of the warm start's seeds, cached with
                the warm start, train/warm_start.py), then after the iterations `eapo.rollback.every` names, mined
-               from the iteration's own episodes; the cold start rehearses the oracle's own steps beside the
-               rollbacks (`cold_start_rehearsal`: on rollbacks alone the tiny warm start unlearnt its fields,
-               docs/results.md "EAPO"). Candidates are the episodes' own steps back and the admissible
-               actions as guesses; with `eapo.rollback.teacher` (a checkpoint), a teacher model's answers too,
+               from the iteration's own episodes. Each stage rehearses the oracle's own steps beside the
+               rollbacks (`rehearsal`: on rollbacks alone the tiny warm start unlearnt its fields,
+               docs/results.md "EAPO"). Candidates are the episodes' own steps back and the admissible actions as
+               guesses; with `eapo.rollback.teacher` (a checkpoint), a teacher model's answers too,
                asked as the paper asks, with s' and s (eapo_rollback.teacher_rollbacks). Replay keeps what is true.
 
 Indexing. The paper writes eq. 9 with e_{t-1}, m_{t-1} scored given s_t; the released manager scores, for each
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -106,9 +106,12 @@ def add_config(c: Any) -> Any:
   r.cold_start = True            # Algorithm 1's first stage: SFT on the oracle episodes' verified rollbacks before RL
   r.cold_start_steps = 32
   r.cold_start_max_replays = 512
-  # The oracle's own steps beside the rollbacks: a policy that learnt the fields in its warm start keeps them (on
-  # rollbacks alone the tiny KeyDoor warm start lost its format and fell from 0.58 to 0.00 held-in pass@1).
-  r.cold_start_rehearsal = True
+  # Rehearsal: beside its rollbacks, each stage trains on up to `rehearsal` x as many of the oracle's own steps (those
+  # the warm start imitated), so that a policy that learnt the fields in its warm start keeps them; 0: rollbacks
+  # alone (eq. 11). On rollbacks alone the tiny KeyDoor warm start fell from 0.58 to 0.00 held-in pass@1 in the
+  # cold start, and 4 steps of a later stage took held-out success from 0.33 to 0.13 (docs/results.md "EAPO"). At 2
+  # the cold start's 298 KeyDoor rollbacks take all 421 of the oracle's steps, the setting measured.
+  r.rehearsal = 2.0
   r.every = 5                    # SFT on verified rollbacks after iterations 0, every, 2 every, ...; 0: off
   r.admissible = True            # mine the admissible actions as guesses too
   r.teacher = ""                 # a teacher model asked for ways back (the paper's source): a checkpoint dir or .gguf
@@ -186,6 +189,7 @@ class EAPO(Method):
     self.tokenizer: Any = None
     self.model: Any = None
     self._teacher: Any = None  # the rollback teacher (sampling/text.ChatModel), loaded on first use
+    self._oracle_demos: Optional[list[dict[str, Any]]] = None  # what the later stages rehearse, built on first use
 
   def setup(self, ctx) -> None:
     self.tokenizer, self.model = ctx.tokenizer, ctx.model
@@ -284,7 +288,7 @@ class EAPO(Method):
     r = self.config.eapo.rollback
     if not (r.enabled and r.cold_start and int(r.cold_start_steps) > 0):
       return None
-    key = {k: r[k] for k in ("admissible", "cold_start_steps", "cold_start_max_replays", "cold_start_rehearsal",
+    key = {k: r[k] for k in ("admissible", "cold_start_steps", "cold_start_max_replays", "rehearsal",
                              "batch_size", "learning_rate")}
     if r.teacher:
       key.update(teacher=r.teacher, teacher_max_new_tokens=int(r.teacher_max_new_tokens))
@@ -299,21 +303,39 @@ class EAPO(Method):
     demos = self.rollback_demonstrations(episodes, max_replays=int(r.cold_start_max_replays))
     if not demos:
       return None
-    if r.cold_start_rehearsal:
-      demos += sft_data.episode_demos(episodes, self.prompt_hook())
+    seed = int(self.config.sft.get("seed", 0))
+    demos += self._rehearsal(lambda: sft_data.episode_demos(episodes, self.prompt_hook()), len(demos), seed)
     return SFTRequest(tuple(demos), steps=int(r.cold_start_steps), batch_size=int(r.batch_size),
-                      learning_rate=float(r.learning_rate), seed=int(self.config.sft.get("seed", 0)),
-                      label="eapo_rollback_cold_start")
+                      learning_rate=float(r.learning_rate), seed=seed, label="eapo_rollback_cold_start")
 
   def sft_request(self, iteration: int, results: list[EpisodeResult]) -> Optional[SFTRequest]:
+    """The later stages: SFT on the iteration's verified rollbacks, beside the oracle's steps (`rehearsal`)."""
+    from explore_jax.train import sft_data
+
     r = self.config.eapo.rollback
     if not r.enabled or int(r.every) <= 0 or iteration % int(r.every):
       return None
     demos = self.rollback_demonstrations(results)
     if not demos:
       return None
+    if self._oracle_demos is None and float(r.rehearsal) > 0:
+      self._oracle_demos = sft_data.episode_demos(sft_data.warm_start_oracle_episodes(self.config),
+                                                  self.prompt_hook())
+    demos += self._rehearsal(lambda: self._oracle_demos, len(demos), iteration)
     return SFTRequest(tuple(demos), steps=int(r.steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=iteration, label="eapo_rollback")
+
+  def _rehearsal(self, oracle_demos: Callable[[], list[dict[str, Any]]], rollbacks: int, seed: int
+                 ) -> list[dict[str, Any]]:
+    """Up to eapo.rollback.rehearsal x `rollbacks` of the oracle's step demonstrations: all of them, in order, when
+    that many or fewer; else a draw without replacement, in order, from `seed`'s stream."""
+    n = int(float(self.config.eapo.rollback.rehearsal) * rollbacks)
+    if n <= 0:
+      return []
+    pool = oracle_demos()
+    if n >= len(pool):
+      return list(pool)
+    return [pool[i] for i in sorted(np.random.default_rng(seed).choice(len(pool), n, replace=False))]
 
   def rollback_demonstrations(self, results: list[EpisodeResult], max_replays: Optional[int] = None
                               ) -> list[dict[str, Any]]:

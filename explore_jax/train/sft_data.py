@@ -124,6 +124,17 @@ def oracle_episode_results(env_id: str, env_kwargs: dict[str, Any], seeds: Seque
           for i, d in enumerate(_oracle_episodes(env_id, env_kwargs, list(seeds), workers))]
 
 
+def warm_start_oracle_episodes(config: Any) -> list[EpisodeResult]:
+  """`oracle_episode_results` of the warm start's seeds, in the world it plays (config.sft's oracle seeds and
+  env_kwargs): the episodes a method's cold start learns from, and what its later stages may rehearse."""
+  from explore_jax.train import rollout  # rollout imports the actors' side of this module's world
+
+  c = config.sft
+  return oracle_episode_results(
+      *rollout.environment(config, {**config.env.kwargs, **c.get("env_kwargs", {})}, demonstrations=True),
+      range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes))
+
+
 def episode_result(demo: Demonstration, spec: EpisodeSpec) -> EpisodeResult:
   """An oracle episode as the EpisodeResult an actor would have recorded playing its actions: step t's
   observation, its action as the response text, the state key of the state it stood at, and the info its action

@@ -134,11 +134,8 @@ def cold_start_params(config: Any, method: Any, model: Any, params: Any, abstrac
     if ck.latest_step() is not None:
       log(f"[cold start] reused from {ck.directory}")
       return ck.restore(abstract).state
-    c = config.sft
     t0 = time.time()
-    episodes = sft_data.oracle_episode_results(
-        *rollout.environment(config, {**config.env.kwargs, **c.get("env_kwargs", {})}, demonstrations=True),
-        range(c.oracle_seed_offset, c.oracle_seed_offset + c.oracle_episodes))
+    episodes = sft_data.warm_start_oracle_episodes(config)
     req = method.cold_start_request(episodes)
     if req is None:
       log(f"[cold start] {len(episodes)} oracle episodes gave nothing to learn; RL starts from the warm start")

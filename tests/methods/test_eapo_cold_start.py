@@ -63,8 +63,8 @@ def test_the_cold_start_teaches_the_verified_ways_back_of_the_searching_oracles_
                             max_replays=c.eapo.rollback.cold_start_max_replays)
   rollbacks, rehearsal = request.demonstrations[:len(kept)], request.demonstrations[len(kept):]
   assert kept and len(rehearsal) == sum(len(e.steps) for e in episodes)
-  # Beside the rollbacks, the warm start's own demonstrations again (cold_start_rehearsal): the same prompts and
-  # answers, so that the stage adds the ways back without unlearning the fields.
+  # Beside the rollbacks, the warm start's own demonstrations again (`rehearsal`; all of them, being fewer than two
+  # per rollback): the same prompts and answers, so that the stage adds the ways back without unlearning the fields.
   assert list(rehearsal) == sft_data.oracle_sft_demos(env_id, kwargs, SEEDS, m.prompt_hook())
   # The search sweeps to one end of the corridor and walks back through rooms it has seen: its own steps back are
   # rollbacks, kept beside the admissible guesses the replay confirmed.
@@ -77,6 +77,24 @@ def test_the_cold_start_teaches_the_verified_ways_back_of_the_searching_oracles_
   for demo, r in zip(rollbacks, kept):
     assert parse_fields(demo["response"])[0].action == r.action
   env.close()
+
+
+def test_the_later_stages_rehearse_a_draw_of_the_oracles_steps_beside_the_iterations_rollbacks():
+  c = config()
+  m = make_method(c)
+  episodes, env_id, kwargs = oracle_episodes(c)
+  oracle = sft_data.oracle_sft_demos(env_id, kwargs, SEEDS, m.prompt_hook())
+  played = episodes[:2]  # an iteration's episodes: any recorded ones will do
+  rollbacks = m.rollback_demonstrations(played)
+  request = m.sft_request(0, played)
+  assert request.label == "eapo_rollback" and request.demonstrations[:len(rollbacks)] == tuple(rollbacks)
+  rehearsal = request.demonstrations[len(rollbacks):]
+  assert 0 < len(rehearsal) == 2 * len(rollbacks) < len(oracle)  # eapo.rollback.rehearsal = 2
+  drawn = [oracle.index(d) for d in rehearsal]
+  assert drawn == sorted(set(drawn))  # without replacement, in the oracle's order
+  assert make_method(c).sft_request(0, played).demonstrations == request.demonstrations  # the iteration's draw
+  assert make_method(c).sft_request(5, played).demonstrations != request.demonstrations
+  assert make_method(config_with(c, rehearsal=0.0)).sft_request(0, played).demonstrations == tuple(rollbacks)
 
 
 def test_the_ablations_turn_the_stages_off():
