@@ -297,7 +297,8 @@ class Learner:
                               self.response_len, progress=progress, lora=self.lora, base=self.base_params)
     self.state = self.state.replace(params=jax.device_put(params, self.shardings.params))
     return {f"{request.label}/loss_first": losses[0], f"{request.label}/loss_last": float(np.mean(losses[-10:])),
-            f"{request.label}/steps": float(len(losses))}
+            f"{request.label}/steps": float(len(losses)),
+            f"{request.label}/demonstrations": float(len(request.demonstrations))}
 
 
 def finetune(model: Model, params: Any, request: SFTRequest, tokenizer: Any, prompt_len: int, response_len: int,

@@ -298,7 +298,8 @@ def test_sft_request_trains_the_policy_and_keeps_the_rl_optimizer(parts):
   metrics = learner.sft(SFTRequest(demonstrations=DEMOS, steps=8, batch_size=2, learning_rate=1e-3, label="distill"))
   loss_after = _demo_loss(parts, learner.state.params)
   assert loss_after < 0.7 * loss_before
-  assert metrics["distill/steps"] == 8.0 and metrics["distill/loss_first"] == pytest.approx(loss_before, rel=1e-4)
+  assert metrics["distill/steps"] == 8.0 and metrics["distill/demonstrations"] == len(DEMOS)
+  assert metrics["distill/loss_first"] == pytest.approx(loss_before, rel=1e-4)
   assert int(learner.state.step) == 5
   for a, b in zip(jax.tree.leaves(opt_before), jax.tree.leaves(learner.state.opt_state)):
     np.testing.assert_array_equal(a, np.asarray(b))
