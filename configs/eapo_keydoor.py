@@ -35,7 +35,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   c.rollout.max_new_tokens = 160 if fields else 8
   if fields:
     c.eapo.q_phi.max_tokens = 224      # the state (a room's two lines) then the longer, explored target
-    c.eapo.q_phi.batch_size = 64       # 2 targets x ~190 records: 6 q_phi steps an iteration, as many as the policy takes
+    c.eapo.q_phi.batch_size = 64       # 2 targets x ~190 records: 6 q_phi steps an iteration, as the policy takes
     # The released per-token mean: the tiny warm start's targets (~60-100 tokens) have a summed log q near -200
     # (measured, benchmarks/README.md "EAPO's iteration"), past the -60 clamp, so the "sequence" form's
     # R_explore is exp(-60) = 0 on every step.
