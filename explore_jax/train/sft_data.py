@@ -27,6 +27,7 @@ from explore_jax.actors.protocol import EpisodeResult, EpisodeSpec, Prompt, Resp
 from explore_jax.envs import Demonstration, oracle_demonstrations, oracle_episode
 from explore_jax.envs.base import state_key as observation_key
 from explore_jax.images import ImageLayout
+from explore_jax.train import rollout
 
 
 def load_demonstrations(path: str) -> list[dict[str, Any]]:
@@ -127,8 +128,6 @@ def oracle_episode_results(env_id: str, env_kwargs: dict[str, Any], seeds: Seque
 def warm_start_oracle_episodes(config: Any) -> list[EpisodeResult]:
   """`oracle_episode_results` of the warm start's seeds, in the world it plays (config.sft's oracle seeds and
   env_kwargs): the episodes a method's cold start learns from, and what its later stages may rehearse."""
-  from explore_jax.train import rollout  # rollout imports the actors' side of this module's world
-
   c = config.sft
   return oracle_episode_results(
       *rollout.environment(config, {**config.env.kwargs, **c.get("env_kwargs", {})}, demonstrations=True),
