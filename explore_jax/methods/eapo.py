@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -304,7 +304,8 @@ class EAPO(Method):
     if not demos:
       return None
     seed = int(self.config.sft.get("seed", 0))
-    demos += self._rehearsal(lambda: sft_data.episode_demos(episodes, self.prompt_hook()), len(demos), seed)
+    if float(r.rehearsal) > 0:
+      demos += self._rehearsal(sft_data.episode_demos(episodes, self.prompt_hook()), len(demos), seed)
     return SFTRequest(tuple(demos), steps=int(r.cold_start_steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=seed, label="eapo_rollback_cold_start")
 
@@ -318,21 +319,18 @@ class EAPO(Method):
     demos = self.rollback_demonstrations(results)
     if not demos:
       return None
-    if self._oracle_demos is None and float(r.rehearsal) > 0:
-      self._oracle_demos = sft_data.episode_demos(sft_data.warm_start_oracle_episodes(self.config),
-                                                  self.prompt_hook())
-    demos += self._rehearsal(lambda: self._oracle_demos, len(demos), iteration)
+    if float(r.rehearsal) > 0:
+      if self._oracle_demos is None:
+        self._oracle_demos = sft_data.episode_demos(sft_data.warm_start_oracle_episodes(self.config),
+                                                    self.prompt_hook())
+      demos += self._rehearsal(self._oracle_demos, len(demos), iteration)
     return SFTRequest(tuple(demos), steps=int(r.steps), batch_size=int(r.batch_size),
                       learning_rate=float(r.learning_rate), seed=iteration, label="eapo_rollback")
 
-  def _rehearsal(self, oracle_demos: Callable[[], list[dict[str, Any]]], rollbacks: int, seed: int
-                 ) -> list[dict[str, Any]]:
-    """Up to eapo.rollback.rehearsal x `rollbacks` of the oracle's step demonstrations: all of them, in order, when
-    that many or fewer; else a draw without replacement, in order, from `seed`'s stream."""
+  def _rehearsal(self, pool: list[dict[str, Any]], rollbacks: int, seed: int) -> list[dict[str, Any]]:
+    """Up to eapo.rollback.rehearsal x `rollbacks` of the oracle's step demonstrations `pool`: all of them, in order,
+    when that many or fewer; else a draw without replacement, in order, from `seed`'s stream."""
     n = int(float(self.config.eapo.rollback.rehearsal) * rollbacks)
-    if n <= 0:
-      return []
-    pool = oracle_demos()
     if n >= len(pool):
       return list(pool)
     return [pool[i] for i in sorted(np.random.default_rng(seed).choice(len(pool), n, replace=False))]
