@@ -65,7 +65,7 @@ run: $(VENV)/.installed
 	$(PY) launch/train.py --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: browser desktop $(VENV)/.installed-dev
-	$(PY) -m pytest -n 2 --dist=loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -n 2 --dist=loadfile --no-loadscope-reorder --durations=25 tests
 
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/sampler.py
